@@ -1,0 +1,13 @@
+"""poolfold: fast, spec-exact ONNX window operators for NumPy.
+
+>>> import numpy as np, poolfold
+>>> x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+>>> poolfold.max_pool(x, [2, 2], strides=[2, 2])[0, 0].tolist()
+[[5.0, 7.0], [13.0, 15.0]]
+"""
+
+from .errors import PoolfoldError, PoolfoldTypeError
+from .ops.max_pool import max_pool, max_pool_shape
+
+__all__ = ["PoolfoldError", "PoolfoldTypeError", "max_pool", "max_pool_shape"]
+__version__ = "0.1.0"

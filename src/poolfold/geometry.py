@@ -1,0 +1,203 @@
+"""Window geometry: where windows sit on the spatial axes, and how many there are.
+
+This is the only place the rules live: output sizes for explicit pads (with the ceil-mode drop
+rule), SAME_UPPER / SAME_LOWER (dilation included), VALID, pads next to auto_pad, and the
+"no window fits" error.  :func:`window_plan` compiles them into a frozen, cached
+:class:`WindowPlan`; kernels only execute a plan's tap table.
+
+Per spatial axis, with effective kernel ``K = (k-1)*d + 1``, output position ``o`` reads input
+coordinates ``o*s - pad_begin + j*d`` for ``j`` in ``[0, k)``; coordinates outside ``[0, n)``
+are padding.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .errors import PoolfoldError, PoolfoldTypeError
+
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+# Attribute values beyond this are refused: they cannot describe a real tensor, and keeping
+# them small guarantees every coordinate the kernels compute fits in int64.
+MAX_ATTRIBUTE_VALUE = 2**40
+
+
+def int_tuple(
+    label: str, attribute: str, values, length: int, minimum: int, what: str = "attribute"
+) -> tuple[int, ...]:
+    """Validate a list of integers: ``length`` values, each in ``[minimum, 2**40]``."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise PoolfoldTypeError(
+            f"{label}: {what} '{attribute}' must be a sequence of integers, got {values!r}"
+        )
+    items = list(np.asarray(values).ravel()) if isinstance(values, np.ndarray) else list(values)
+    for v in items:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise PoolfoldTypeError(
+                f"{label}: {what} '{attribute}' must hold integers, got {v!r} in {values!r}"
+            )
+    if len(items) != length:
+        raise PoolfoldError(
+            f"{label}: {what} '{attribute}' must have {length} values, got {len(items)}: {items}"
+        )
+    for v in items:
+        if v < minimum:
+            raise PoolfoldError(
+                f"{label}: {what} '{attribute}' values must be >= {minimum}, got {items}"
+            )
+        if v > MAX_ATTRIBUTE_VALUE:
+            raise PoolfoldError(
+                f"{label}: {what} '{attribute}' value {v} is too large (limit {MAX_ATTRIBUTE_VALUE})"
+            )
+    return tuple(int(v) for v in items)
+
+
+@dataclass(frozen=True)
+class WindowAttributes:
+    """Validated kernel / strides / dilations / pads for ``rank`` spatial axes."""
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]  # begins then ends, as ONNX lists them
+
+    @classmethod
+    def validate(
+        cls,
+        label: str,
+        rank: int,
+        kernel_shape,
+        strides=None,
+        dilations=None,
+        pads=None,
+        kernel_name: str = "kernel_shape",
+        what: str = "attribute",
+    ) -> "WindowAttributes":
+        return cls(
+            int_tuple(label, kernel_name, kernel_shape, rank, 1, what),
+            (1,) * rank if strides is None else int_tuple(label, "strides", strides, rank, 1),
+            (1,) * rank if dilations is None else int_tuple(label, "dilations", dilations, rank, 1),
+            (0,) * (2 * rank) if pads is None else int_tuple(label, "pads", pads, 2 * rank, 0),
+        )
+
+
+@dataclass(frozen=True)
+class TapTable:
+    """Per axis and output position: the first input coordinate and the in-bounds taps.
+
+    Arrays are ``(rank, max output size)`` int64.  Along axis ``a``, output position ``o``
+    reads coordinates ``first[a, o] + j * dilations[a]`` for ``j`` in ``[lo[a, o], hi[a, o])``;
+    ``lo >= hi`` means every tap of that axis is padding (an empty window).
+    """
+
+    first: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """Where the windows of one op call sit; shared by every plane of the tensor."""
+
+    in_shape: tuple[int, ...]  # spatial input dims
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pad_begin: tuple[int, ...]  # padding actually applied before each axis
+    pad_end: tuple[int, ...]  # padding after each axis that the output can reach
+    out_shape: tuple[int, ...]  # spatial output dims, each >= 1
+
+    @property
+    def rank(self) -> int:
+        return len(self.in_shape)
+
+    @functools.cached_property
+    def taps(self) -> TapTable:
+        width = max(self.out_shape)
+        first = np.zeros((self.rank, width), np.int64)
+        lo = np.zeros((self.rank, width), np.int64)
+        hi = np.zeros((self.rank, width), np.int64)
+        for a, (n, k, s, d, pb, out) in enumerate(
+            zip(self.in_shape, self.kernel, self.strides, self.dilations, self.pad_begin,
+                self.out_shape)
+        ):
+            start = np.arange(out, dtype=np.int64) * s - pb
+            first[a, :out] = start
+            # Smallest j with start + j*d >= 0, and one past the largest with start + j*d < n.
+            lo[a, :out] = np.maximum(0, -(start // d))
+            hi[a, :out] = np.minimum(k, np.maximum(0, (n - start + d - 1) // d))
+        return TapTable(first, lo, hi)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@functools.lru_cache(maxsize=512)
+def window_plan(
+    label: str,
+    in_shape: tuple[int, ...],
+    attributes: WindowAttributes,
+    auto_pad: str = "NOTSET",
+    ceil_mode: bool = False,
+) -> WindowPlan:
+    """Compute the output size and begin pads of every spatial axis (see the module doc).
+
+    ``label`` names the op and version in error messages.
+    """
+    if not isinstance(auto_pad, str):
+        raise PoolfoldTypeError(f"{label}: attribute 'auto_pad' must be a string, got {auto_pad!r}")
+    if auto_pad not in AUTO_PADS:
+        raise PoolfoldError(
+            f"{label}: attribute 'auto_pad' must be one of {', '.join(AUTO_PADS)}, got {auto_pad!r}"
+        )
+    rank = len(in_shape)
+    pads = attributes.pads
+    if auto_pad != "NOTSET" and any(pads):
+        raise PoolfoldError(
+            f"{label}: attribute 'pads' {list(pads)} cannot be used with auto_pad {auto_pad}"
+            " (only all-zero pads are allowed there)"
+        )
+    begins, ends, outs = [], [], []
+    for a in range(rank):
+        n, k, s, d = in_shape[a], attributes.kernel[a], attributes.strides[a], attributes.dilations[a]
+        span = (k - 1) * d + 1
+        if auto_pad == "NOTSET":
+            pb, pe = pads[a], pads[a + rank]
+            if ceil_mode:
+                out = _ceil_div(n + pb + pe - span, s) + 1
+                if (out - 1) * s >= n + pb:  # the last window would start in the end padding
+                    out -= 1
+            else:
+                out = (n + pb + pe - span) // s + 1
+        elif auto_pad == "VALID":
+            pb = pe = 0
+            out = (n - span) // s + 1
+        else:
+            out = _ceil_div(n, s)
+            total = max(0, (out - 1) * s + span - n)
+            pb = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            pe = total - pb
+        if out < 1:
+            raise PoolfoldError(
+                f"{label}: no window fits along spatial axis {a}: input size {n}, "
+                f"attribute 'kernel_shape' {k} (dilated extent {span}), pads {pb}+{pe}, "
+                f"stride {s}, auto_pad {auto_pad}"
+            )
+        begins.append(pb)
+        ends.append(pe)
+        outs.append(out)
+    return WindowPlan(
+        tuple(in_shape),
+        attributes.kernel,
+        attributes.strides,
+        attributes.dilations,
+        tuple(begins),
+        tuple(ends),
+        tuple(outs),
+    )

@@ -1,0 +1,1 @@
+"""numba kernels: plain loops over planes, one module per kind of work. They never validate."""

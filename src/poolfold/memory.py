@@ -1,0 +1,38 @@
+"""Output allocation that refuses, before any work starts, what the machine cannot hold."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from .errors import PoolfoldError
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: let numpy decide
+        return 2**62
+
+
+def allocate(label: str, what: str, shape: tuple[int, ...], dtype, fill=None) -> np.ndarray:
+    """``np.empty`` (or ``np.full``) of ``shape``, refused with a PoolfoldError when the array
+    would exceed physical memory.  Linux overcommits, so numpy alone would often "succeed" and
+    the process would be killed later while writing."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > _physical_memory():
+        raise PoolfoldError(
+            f"{label}: output '{what}' of shape {tuple(shape)} ({dtype.name}) needs "
+            f"{nbytes / 2**30:.1f} GiB, more than this machine's memory"
+        )
+    try:
+        if fill is None:
+            return np.empty(shape, dtype)
+        return np.full(shape, fill, dtype)
+    except (MemoryError, ValueError) as error:
+        raise PoolfoldError(
+            f"{label}: cannot allocate output '{what}' of shape {tuple(shape)}: {error}"
+        ) from None

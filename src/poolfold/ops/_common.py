@@ -1,0 +1,47 @@
+"""Input checks shared by the ops."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import PoolfoldError, PoolfoldTypeError
+from ..schema import OpVersion
+
+
+def as_tensor(spec: OpVersion, value, name: str, min_rank: int = 3) -> np.ndarray:
+    """``value`` as an ndarray of a type the version accepts, of rank >= ``min_rank``."""
+    if not isinstance(value, np.ndarray):
+        try:
+            value = np.asarray(value)
+        except (ValueError, TypeError) as error:
+            raise PoolfoldTypeError(
+                f"{spec.label}: input '{name}' is not convertible to an array: {error}"
+            ) from None
+    spec.check_type(value.dtype, name)
+    if value.ndim < min_rank:
+        raise PoolfoldError(
+            f"{spec.label}: input '{name}' must have rank >= {min_rank} "
+            f"(N, C and at least one spatial axis), got shape {value.shape}"
+        )
+    return value
+
+
+def flag(spec: OpVersion, name: str, value, allowed=(0, 1)) -> int:
+    """An integer-valued attribute restricted to ``allowed`` (booleans count as 0 / 1)."""
+    if not isinstance(value, (bool, int, np.integer, np.bool_)):
+        raise PoolfoldTypeError(
+            f"{spec.label}: attribute '{name}' must be an integer, got {value!r}"
+        )
+    if int(value) not in allowed:
+        raise PoolfoldError(
+            f"{spec.label}: attribute '{name}' must be one of {list(allowed)}, got {value!r}"
+        )
+    return int(value)
+
+
+def row_major_strides(shape) -> np.ndarray:
+    """Element strides of a C-contiguous array of ``shape``."""
+    strides = np.ones(len(shape), np.int64)
+    for a in range(len(shape) - 2, -1, -1):
+        strides[a] = strides[a + 1] * shape[a + 1]
+    return strides

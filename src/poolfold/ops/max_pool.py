@@ -1,0 +1,126 @@
+"""MaxPool, every version (1, 8, 10, 11, 12, 22), any spatial rank."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes, schema
+from ..errors import PoolfoldError, PoolfoldTypeError
+from ..geometry import WindowAttributes, WindowPlan, window_plan
+from ..kernels.window_max import window_max
+from ..memory import allocate
+from ._common import as_tensor, flag
+
+
+def _resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
+    """Check the attributes against the version, then compute the window plan."""
+    spec.reject_absent("dilations", dilations is not None)
+    spec.reject_absent("ceil_mode", bool(ceil_mode))
+    ceil_mode = flag(spec, "ceil_mode", ceil_mode)
+    spatial = tuple(int(n) for n in shape[2:])
+    attributes = WindowAttributes.validate(
+        spec.label, len(spatial), kernel_shape, strides, dilations, pads
+    )
+    return window_plan(spec.label, spatial, attributes, auto_pad, bool(ceil_mode))
+
+
+def max_pool_shape(
+    input_shape,
+    kernel_shape,
+    *,
+    strides=None,
+    pads=None,
+    dilations=None,
+    auto_pad="NOTSET",
+    ceil_mode=False,
+    opset=None,
+) -> tuple[int, ...]:
+    """The shape of MaxPool's Y (and Indices) for an input of ``input_shape``, computed by the
+    same geometry as :func:`max_pool` and with the same checks, without touching any data.
+
+    >>> max_pool_shape((8, 64, 112, 112), [3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    (8, 64, 56, 56)
+    """
+    spec = schema.resolve("MaxPool", opset)
+    shape = tuple(input_shape)
+    if len(shape) < 3:
+        raise PoolfoldError(
+            f"{spec.label}: input 'X' must have rank >= 3, got shape {shape}"
+        )
+    plan = _resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
+    return shape[:2] + plan.out_shape
+
+
+def max_pool(
+    x,
+    kernel_shape,
+    *,
+    strides=None,
+    pads=None,
+    dilations=None,
+    auto_pad="NOTSET",
+    ceil_mode=False,
+    storage_order=0,
+    return_indices=False,
+    opset=None,
+):
+    """ONNX MaxPool on an ``(N, C, D1, ..., Dr)`` array, for any spatial rank r >= 1.
+
+    Returns Y, or ``(Y, Indices)`` with ``return_indices=True``.  ``opset`` selects the
+    highest MaxPool version ``<=`` it (default: the latest, 22); that version's attributes and
+    types are enforced.  Indices are flat positions in X, plane offset included
+    (row-major, or first-axis-fastest with ``storage_order=1``); an empty window yields -inf
+    (the minimum for integers) with index -1.  Ties go to the first tap in window order; a NaN
+    in the window wins.
+
+    >>> import numpy as np
+    >>> x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    >>> y, i = max_pool(x, [2, 2], strides=[2, 2], return_indices=True)
+    >>> y[0, 0].tolist(), i[0, 0].tolist()
+    ([[5.0, 7.0], [13.0, 15.0]], [[5, 7], [13, 15]])
+    """
+    spec = schema.resolve("MaxPool", opset)
+    if not isinstance(return_indices, (bool, np.bool_)):
+        raise PoolfoldTypeError(f"{spec.label}: return_indices must be a bool, got {return_indices!r}")
+    if return_indices and "Indices" not in spec.outputs:
+        raise PoolfoldError(
+            f"{spec.label}: output 'Indices' is not part of this version (it exists from MaxPool-8)"
+        )
+    spec.reject_absent("storage_order", bool(storage_order))
+    storage_order = flag(spec, "storage_order", storage_order)
+    x = as_tensor(spec, x, "X")
+    plan = _resolve_plan(spec, x.shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
+    y, indices = pool_planes(spec.label, x, plan, return_indices, storage_order)
+    return (y, indices) if return_indices else y
+
+
+def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: bool,
+                storage_order: int):
+    """Run the kernel on a validated NCHW-style input: Y, and Indices (or None)."""
+    out_shape = x.shape[:2] + plan.out_shape
+    y = allocate(label, "Y", out_shape, x.dtype)
+    indices = allocate(label, "Indices", out_shape, np.int64) if return_indices else None
+    planes = x.shape[0] * x.shape[1]
+    if planes == 0:
+        return y, indices
+    xs, half_inf_bits = dtypes.comparable(np.ascontiguousarray(x).reshape(planes, -1))
+    ys, _ = dtypes.comparable(y.reshape(planes, -1))
+    empty_value, _ = dtypes.comparable(dtypes.lowest(x.dtype))
+    taps = plan.taps
+    window_max(
+        xs,
+        ys,
+        indices.reshape(planes, -1) if return_indices else np.empty((0, 0), np.int64),
+        return_indices,
+        taps.first,
+        taps.lo,
+        taps.hi,
+        np.array(plan.in_shape, np.int64),
+        np.array(plan.out_shape, np.int64),
+        np.array(plan.kernel, np.int64),
+        np.array(plan.dilations, np.int64),
+        storage_order == 1,
+        empty_value[()],
+        half_inf_bits,
+    )
+    return y, indices
