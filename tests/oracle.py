@@ -314,18 +314,24 @@ def col2im(x, image_shape, block_shape, dilations=None, pads=None, strides=None)
     else:
         raise AssertionError(f"unsupported dtype {dtype}")
 
+    # Summation order.  Strings must concatenate in increasing block order (l outer).  For
+    # numbers the order only matters to floating-point rounding; poolfold sums block offset
+    # outer, block inner (k outer, l inner), the order onnxruntime and PyTorch use, so that
+    # float results agree with theirs bit for bit.  Integer and bool sums do not depend on it.
+    blocks = list(enumerate(itertools.product(*[range(v) for v in nblk])))
+    offsets = list(enumerate(itertools.product(*[range(v) for v in block])))
+    if dtype.kind in "USO":
+        order = [(l_blk, k_off) for l_blk in blocks for k_off in offsets]
+    else:
+        order = [(l_blk, k_off) for k_off in offsets for l_blk in blocks]
     with np.errstate(all="ignore"):
         for n, c in itertools.product(range(N), range(C)):
-            # blocks in row-major order (last axis fastest) = increasing l
-            for l, blk in enumerate(itertools.product(*[range(v) for v in nblk])):
-                # block offsets in row-major order = increasing k
-                for k, off in enumerate(itertools.product(*[range(v) for v in block])):
-                    pos = tuple(blk[i] * stride[i] - pad[i] + off[i] * dilation[i]
-                                for i in range(r))
-                    if any(p < 0 or p >= image[i] for i, p in enumerate(pos)):
-                        continue  # taps outside the image are skipped
-                    target = (n, c, *pos)
-                    acc[target] = add(acc[target], x[n, c * K + k, l])
+            for (l, blk), (k, off) in order:
+                pos = tuple(blk[i] * stride[i] - pad[i] + off[i] * dilation[i] for i in range(r))
+                if any(p < 0 or p >= image[i] for i, p in enumerate(pos)):
+                    continue  # taps outside the image are skipped
+                target = (n, c, *pos)
+                acc[target] = add(acc[target], x[n, c * K + k, l])
 
     if dtype == np.bool_:
         return acc

@@ -622,13 +622,15 @@ def col2im_three_taps(values, dtype):
     return oracle.col2im(x, [3], [3], pads=[2, 2])
 
 
-def test_col2im_float32_accumulates_in_order_in_float32():
-    out = col2im_three_taps([1e8, 1.0, -1e8], F32)
+def test_col2im_float32_accumulates_block_offset_outer_in_float32():
+    # Element 0 gets values[2] (k=0), then values[1] (k=1), then values[0] (k=2): numbers
+    # are summed block offset outer, as onnxruntime and PyTorch do.
+    out = col2im_three_taps([1e8, 1.0, -1e8], F32)  # -1e8 + 1 = -1e8 in float32, + 1e8 = 0
     assert out.dtype == F32 and out.reshape(-1).tolist() == [0.0, 0.0, 0.0]
     out = col2im_three_taps([1e8, 1.0, -1e8], np.float64)
     assert out.reshape(-1).tolist() == [1.0, 0.0, 0.0]
-    out = col2im_three_taps([1.0, 1e8, -1e8], F32)  # 1+1e8 = 1e8 in float32
-    assert out.reshape(-1).tolist() == [0.0, 0.0, 0.0]
+    out = col2im_three_taps([1.0, 1e8, -1e8], F32)  # -1e8 + 1e8 = 0, + 1 = 1
+    assert out.reshape(-1).tolist() == [1.0, 0.0, 0.0]
 
 
 @pytest.mark.parametrize("dtype", [np.float16, BF16])

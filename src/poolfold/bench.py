@@ -45,9 +45,47 @@ def _max_pool_2d(indices: bool) -> Workload:
     )
 
 
+def _max_unpool_2d() -> Workload:
+    import poolfold
+
+    def inputs():
+        # Y and Indices of a 2x2 stride-2 MaxPool of a (8,64,112,112) tensor: the usual source.
+        x = np.random.default_rng(0).standard_normal((8, 64, 112, 112), np.float32)
+        y, indices = poolfold.max_pool(x, [2, 2], strides=[2, 2], return_indices=True)
+        return {"X": y, "I": indices, "output_shape": np.array(x.shape, np.int64)}
+
+    attributes = dict(kernel_shape=[2, 2], strides=[2, 2])
+    return Workload(
+        name="MaxUnpool 2-D (8,64,56,56) -> (8,64,112,112) 2x2 s2",
+        inputs=inputs,
+        poolfold=lambda d: poolfold.max_unpool(
+            d["X"], d["I"], **attributes, output_shape=d["output_shape"]
+        ),
+        onnx_node=lambda: ("MaxUnpool", attributes, ["X", "I", "output_shape"], ["Y"], 11),
+    )
+
+
+def _col2im() -> Workload:
+    import poolfold
+
+    attributes = dict(pads=[1, 1, 1, 1])
+    return Workload(
+        name="Col2Im (8,576,3136) -> (8,64,56,56) 3x3 p1",
+        inputs=lambda: {
+            "X": np.random.default_rng(0).standard_normal((8, 576, 3136), np.float32),
+            "image_shape": np.array([56, 56], np.int64),
+            "block_shape": np.array([3, 3], np.int64),
+        },
+        poolfold=lambda d: poolfold.col2im(d["X"], d["image_shape"], d["block_shape"], **attributes),
+        onnx_node=lambda: ("Col2Im", attributes, ["X", "image_shape", "block_shape"], ["Y"], 18),
+    )
+
+
 WORKLOADS = {
     "maxpool2d": lambda: _max_pool_2d(False),
     "maxpool2d-indices": lambda: _max_pool_2d(True),
+    "maxunpool2d": _max_unpool_2d,
+    "col2im": _col2im,
 }
 
 

@@ -145,10 +145,11 @@ def window_plan(
     attributes: WindowAttributes,
     auto_pad: str = "NOTSET",
     ceil_mode: bool = False,
+    kernel_name: str = "attribute 'kernel_shape'",
 ) -> WindowPlan:
     """Compute the output size and begin pads of every spatial axis (see the module doc).
 
-    ``label`` names the op and version in error messages.
+    ``label`` names the op and version in error messages, ``kernel_name`` what sets the kernel.
     """
     if not isinstance(auto_pad, str):
         raise PoolfoldTypeError(f"{label}: attribute 'auto_pad' must be a string, got {auto_pad!r}")
@@ -186,7 +187,7 @@ def window_plan(
         if out < 1:
             raise PoolfoldError(
                 f"{label}: no window fits along spatial axis {a}: input size {n}, "
-                f"attribute 'kernel_shape' {k} (dilated extent {span}), pads {pb}+{pe}, "
+                f"{kernel_name} {k} (dilated extent {span}), pads {pb}+{pe}, "
                 f"stride {s}, auto_pad {auto_pad}"
             )
         begins.append(pb)
@@ -201,3 +202,21 @@ def window_plan(
         tuple(ends),
         tuple(outs),
     )
+
+
+def unpooled_shape(label: str, in_shape: tuple[int, ...], attributes: WindowAttributes):
+    """MaxUnpool's inferred spatial output: ``(in - 1)*s + k - pb - pe`` per axis, each >= 1."""
+    rank = len(in_shape)
+    out = []
+    for a, n in enumerate(in_shape):
+        size = (n - 1) * attributes.strides[a] + attributes.kernel[a] - attributes.pads[a] \
+            - attributes.pads[a + rank]
+        if size < 1:
+            raise PoolfoldError(
+                f"{label}: the inferred output size along spatial axis {a} is {size} < 1 "
+                f"(input {n}, attribute 'kernel_shape' {attributes.kernel[a]}, "
+                f"strides {attributes.strides[a]}, pads {attributes.pads[a]}+"
+                f"{attributes.pads[a + rank]}); give a larger input or an output_shape"
+            )
+        out.append(size)
+    return tuple(out)

@@ -36,7 +36,7 @@ class OpVersion:
     op: str
     version: int
     attributes: Mapping[str, Attribute]
-    types: tuple[np.dtype, ...]  # accepted types of the data input X (the "T" constraint)
+    types: tuple[str, ...]  # accepted types of the data input (the "T" constraint), by name
     outputs: tuple[str, ...]
     # Version in which each attribute / type first appeared, for error messages.
     introduced: Mapping[str, int] = field(default_factory=dict, repr=False)
@@ -58,15 +58,14 @@ class OpVersion:
             )
 
     def check_type(self, dtype: np.dtype, input_name: str = "X") -> None:
-        dtype = np.dtype(dtype)
-        if dtype in self.types:
+        type_name = dtypes.name(dtype)
+        if type_name in self.types:
             return
-        accepted = ", ".join(dtypes.name(t) for t in self.types)
-        since = self.introduced.get(f"type:{dtypes.name(dtype)}")
-        hint = f"; {dtypes.name(dtype)} is accepted from {self.op}-{since}" if since else ""
+        since = self.introduced.get(f"type:{type_name}")
+        hint = f"; {type_name} is accepted from {self.op}-{since}" if since else ""
         raise PoolfoldTypeError(
-            f"{self.label}: input '{input_name}' has type {dtypes.name(dtype)}, "
-            f"but this version accepts {accepted}{hint}"
+            f"{self.label}: input '{input_name}' has type {type_name}, "
+            f"but this version accepts {', '.join(self.types)}{hint}"
         )
 
 
@@ -76,7 +75,7 @@ class Change:
 
     since: int
     add_attributes: tuple[Attribute, ...] = ()
-    add_types: tuple[np.dtype, ...] = ()
+    add_types: tuple[str, ...] = ()
     outputs: tuple[str, ...] | None = None  # None: unchanged
 
 
@@ -88,7 +87,7 @@ def _history(domain: str, op: str, changes: Iterable[Change], versions=None) -> 
             attributes[attribute.name] = attribute
             introduced.setdefault(attribute.name, change.since)
         for t in change.add_types:
-            introduced.setdefault(f"type:{dtypes.name(t)}", change.since)
+            introduced.setdefault(f"type:{t}", change.since)
         types = types + change.add_types
         outputs = change.outputs if change.outputs is not None else outputs
         if versions is None or change.since in versions:
@@ -98,7 +97,7 @@ def _history(domain: str, op: str, changes: Iterable[Change], versions=None) -> 
     return rows
 
 
-_FLOATS = (dtypes.FLOAT16, dtypes.FLOAT32, dtypes.FLOAT64)
+_FLOATS = ("float16", "float32", "float64")
 _KERNEL_SHAPE = Attribute("kernel_shape", "ints", required=True)
 _STRIDES = Attribute("strides", "ints")
 _PADS = Attribute("pads", "ints")
@@ -114,12 +113,38 @@ MAX_POOL_CHANGES = (
     Change(8, add_attributes=(Attribute("storage_order", "int", 0),), outputs=("Y", "Indices")),
     Change(10, add_attributes=(Attribute("ceil_mode", "int", 0), _DILATIONS)),
     Change(11),  # pads may be given with auto_pad NOTSET only; no interface change
-    Change(12, add_types=(dtypes.INT8, dtypes.UINT8)),
-    Change(22, add_types=(dtypes.BFLOAT16,)),
+    Change(12, add_types=("int8", "uint8")),
+    Change(22, add_types=("bfloat16",)),
+)
+
+MAX_UNPOOL_CHANGES = (
+    Change(
+        9,
+        add_attributes=(_KERNEL_SHAPE, _PADS, _STRIDES),
+        add_types=_FLOATS,
+        outputs=("output",),
+    ),
+    Change(11),  # output_shape may be given with pads; no interface change
+    Change(22, add_types=("bfloat16",)),
+)
+
+COL2IM_CHANGES = (
+    Change(
+        18,
+        add_attributes=(_DILATIONS, _PADS, _STRIDES),
+        add_types=(
+            "float16", "bfloat16", "float32", "float64",
+            "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+            "bool", "complex64", "complex128", dtypes.STRING,
+        ),
+        outputs=("output",),
+    ),
 )
 
 TABLE: dict[tuple[str, str], list[OpVersion]] = {
     (AI_ONNX, "MaxPool"): _history(AI_ONNX, "MaxPool", MAX_POOL_CHANGES),
+    (AI_ONNX, "MaxUnpool"): _history(AI_ONNX, "MaxUnpool", MAX_UNPOOL_CHANGES),
+    (AI_ONNX, "Col2Im"): _history(AI_ONNX, "Col2Im", COL2IM_CHANGES),
 }
 
 

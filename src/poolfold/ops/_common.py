@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import dtypes
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..schema import OpVersion
 
@@ -45,3 +46,15 @@ def row_major_strides(shape) -> np.ndarray:
     for a in range(len(shape) - 2, -1, -1):
         strides[a] = strides[a + 1] * shape[a + 1]
     return strides
+
+
+def int64_tensor(spec: OpVersion, value, name: str) -> np.ndarray:
+    """``value`` as an int64 ndarray; other integer arrays are refused, as the spec types them."""
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if array.dtype != np.int64:
+        if not isinstance(value, np.ndarray) and (array.dtype.kind in "iu" or array.size == 0):
+            return array.astype(np.int64)  # a Python list of ints
+        raise PoolfoldTypeError(
+            f"{spec.label}: input '{name}' must be int64, got {dtypes.name(array.dtype)}"
+        )
+    return array

@@ -1,0 +1,111 @@
+"""Fold (Col2Im): sum blocks of columns back into an image, any spatial rank.
+
+A plane is ``x[p]`` of shape ``(K, L)``: block offset k (row-major over the block) by block
+l (row-major over the block grid).  Sums run block offset outer, block inner (strings, which
+must concatenate in block order, take a numpy path of their own).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange, types
+from numba.extending import overload
+
+
+def add_into(acc, i, v, table):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(add_into)
+def _add_into(acc, i, v, table):
+    if acc.dtype == types.float32 and v == types.uint16:
+        # float16 / bfloat16 bits, accumulated in float32 (the caller rounds once at the end).
+        def add_half(acc, i, v, table):
+            acc[i] += table[v]
+
+        return add_half
+    if acc.dtype == types.boolean:
+
+        def add_bool(acc, i, v, table):  # bool sums are logical OR
+            acc[i] = acc[i] or v
+
+        return add_bool
+
+    def add(acc, i, v, table):  # integers wrap on the store back into their own type
+        acc[i] += v
+
+    return add
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def fold(x, out, table, first, lo, hi, image_shape, block_shape, grid_shape, dilations):
+    """``out[p, position(l, k)] += x[p, k, l]`` for every in-image tap; ``out`` is overwritten.
+
+    x : (planes, K, L);  out : (planes, prod(image_shape)), the accumulator type
+    table : float32 values of half bit patterns when x holds them (uint16), else unused
+    first, lo, hi : the tap table of the block grid, (rank, max grid size)
+    image_shape, block_shape, grid_shape, dilations : (rank,) int64
+    """
+    planes, size, blocks = x.shape
+    rank = image_shape.size
+    last = rank - 1
+    image_strides = np.ones(rank, np.int64)
+    grid_strides = np.ones(rank, np.int64)
+    for a in range(last - 1, -1, -1):
+        image_strides[a] = image_strides[a + 1] * image_shape[a + 1]
+        grid_strides[a] = grid_strides[a + 1] * grid_shape[a + 1]
+    # For block offset k along axis a, the blocks whose tap lands inside the image form a
+    # contiguous run [g_lo[a, k], g_hi[a, k]) of grid positions along that axis.
+    width = 0
+    for a in range(rank):
+        width = max(width, block_shape[a])
+    g_lo = np.zeros((rank, width), np.int64)
+    g_hi = np.zeros((rank, width), np.int64)
+    for a in range(rank):
+        for k in range(block_shape[a]):
+            g_lo[a, k] = grid_shape[a]
+            for g in range(grid_shape[a]):
+                if lo[a, g] <= k < hi[a, g]:
+                    g_lo[a, k] = min(g_lo[a, k], g)
+                    g_hi[a, k] = g + 1
+    step_last = first[last, 1] - first[last, 0] if grid_shape[last] > 1 else 0  # the stride
+    for p in prange(planes):
+        acc = out[p]
+        acc[:] = 0
+        xp = x[p]
+        k_at = np.zeros(rank, np.int64)  # block offset of row k of xp
+        g = np.zeros(rank, np.int64)  # grid coordinate, outer axes
+        # Block offset outer, blocks inner: each row of xp is read once, contiguously (the
+        # order onnxruntime and PyTorch sum in, so float results agree with theirs bit for bit).
+        for k in range(size):
+            empty = False
+            for a in range(rank):
+                if g_lo[a, k_at[a]] >= g_hi[a, k_at[a]]:
+                    empty = True
+                g[a] = g_lo[a, k_at[a]]
+            while not empty:
+                row = 0
+                block_row = 0
+                for a in range(last):
+                    row += (first[a, g[a]] + k_at[a] * dilations[a]) * image_strides[a]
+                    block_row += g[a] * grid_strides[a]
+                row += k_at[last] * dilations[last] + first[last, 0]
+                for gl in range(g_lo[last, k_at[last]], g_hi[last, k_at[last]]):
+                    add_into(acc, row + gl * step_last, xp[k, block_row + gl], table)
+                # Next row of blocks along the outer axes, last of them fastest.
+                a = last - 1
+                while a >= 0:
+                    g[a] += 1
+                    if g[a] < g_hi[a, k_at[a]]:
+                        break
+                    g[a] = g_lo[a, k_at[a]]
+                    a -= 1
+                empty = a < 0
+            # Next block offset, row-major.
+            a = last
+            while a >= 0:
+                k_at[a] += 1
+                if k_at[a] < block_shape[a]:
+                    break
+                k_at[a] = 0
+                a -= 1

@@ -1,0 +1,128 @@
+"""Col2Im (version 18): fold columns of blocks back into an image, any spatial rank, every type."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes, schema
+from ..errors import PoolfoldError, PoolfoldTypeError
+from ..geometry import WindowAttributes, WindowPlan, int_tuple, window_plan
+from ..kernels.fold import fold
+from ..memory import allocate
+from ._common import as_tensor, int64_tensor
+
+
+def _shape_input(spec, name: str, value, rank: int | None = None) -> tuple[int, ...]:
+    """image_shape / block_shape: a 1-D list of integers >= 1 (of ``rank`` values if given)."""
+    if isinstance(value, np.ndarray):
+        value = int64_tensor(spec, value, name)
+        if value.ndim != 1:
+            raise PoolfoldError(f"{spec.label}: input '{name}' must be 1-D, got shape {value.shape}")
+    length = len(value) if rank is None and hasattr(value, "__len__") else rank
+    if length == 0:
+        raise PoolfoldError(f"{spec.label}: input '{name}' must not be empty")
+    return int_tuple(spec.label, name, value, length if length is not None else -1, 1, "input")
+
+
+def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=None, opset=None):
+    """ONNX Col2Im: ``x`` of shape ``[N, C*prod(block_shape), L]`` folded into
+    ``[N, C, *image_shape]`` by summing overlapping blocks.
+
+    Any spatial rank r >= 1 and every tensor type: integers wrap, bool sums are logical OR,
+    float16 / bfloat16 accumulate in float32 and round once, strings concatenate in
+    increasing block order; positions no block reaches are 0 / False / "".
+
+    >>> import numpy as np
+    >>> x = np.ones((1, 4, 4), np.float32)          # 2x2 blocks over a 3x3 image
+    >>> col2im(x, [3, 3], [2, 2])[0, 0].tolist()
+    [[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]
+    """
+    spec = schema.resolve("Col2Im", opset)
+    x = as_tensor(spec, x, "input")
+    if x.ndim != 3:
+        raise PoolfoldError(
+            f"{spec.label}: input 'input' must have rank 3 [N, C*prod(block_shape), L], "
+            f"got shape {x.shape}"
+        )
+    image = _shape_input(spec, "image_shape", image_shape)
+    block = _shape_input(spec, "block_shape", block_shape, len(image))
+    attributes = WindowAttributes.validate(
+        spec.label, len(image), block, strides, dilations, pads, "block_shape", "input"
+    )
+    plan = window_plan(spec.label, image, attributes, kernel_name="input 'block_shape'")
+    block_size = math.prod(block)
+    if x.shape[1] % block_size:
+        raise PoolfoldError(
+            f"{spec.label}: dim 1 of input 'input' ({x.shape[1]}) is not a multiple of "
+            f"prod(block_shape) = {block_size} (block_shape {list(block)})"
+        )
+    blocks = math.prod(plan.out_shape)
+    if x.shape[2] != blocks:
+        raise PoolfoldError(
+            f"{spec.label}: dim 2 of input 'input' ({x.shape[2]}) must equal the number of "
+            f"blocks, {blocks} (a {'x'.join(map(str, plan.out_shape))} grid for image_shape "
+            f"{list(image)}, block_shape {list(block)}, strides {list(plan.strides)}, "
+            f"dilations {list(plan.dilations)}, pads {list(attributes.pads)})"
+        )
+    out_shape = (x.shape[0], x.shape[1] // block_size) + image
+    if dtypes.name(x.dtype) == dtypes.STRING:
+        return _fold_strings(spec, x, plan, out_shape)
+    return _fold_numbers(spec, x, plan, out_shape)
+
+
+def _fold_numbers(spec, x, plan: WindowPlan, out_shape):
+    planes = out_shape[0] * out_shape[1]
+    half = dtypes.is_half(x.dtype)
+    # Half types accumulate in float32, then round once.
+    out = allocate(spec.label, "output", out_shape, np.float32 if half else x.dtype)
+    if planes == 0:
+        return out.astype(x.dtype) if half else out
+    block_size = x.shape[1] // out_shape[1]
+    table = dtypes.float32_table(x.dtype) if half else np.zeros(1, np.float32)
+    taps = plan.taps
+    fold(
+        dtypes.bits_view(np.ascontiguousarray(x)).reshape(planes, block_size, x.shape[2]),
+        out.reshape(planes, -1),
+        table,
+        taps.first,
+        taps.lo,
+        taps.hi,
+        np.array(plan.in_shape, np.int64),
+        np.array(plan.kernel, np.int64),
+        np.array(plan.out_shape, np.int64),
+        np.array(plan.dilations, np.int64),
+    )
+    return out.astype(x.dtype) if half else out
+
+
+def _fold_strings(spec, x, plan: WindowPlan, out_shape):
+    """Strings concatenate; numba has no string arrays, so this path is vectorised numpy:
+    one step per block, over every plane and block offset at once (offsets of one block land
+    on distinct positions, so each step is a plain fancy-indexed concatenation)."""
+    if x.dtype.kind == "O":
+        is_str = np.frompyfunc(lambda v: isinstance(v, (str, bytes)), 1, 1)(x).astype(bool)
+        if not is_str.all():
+            bad = next(v for v in x.ravel() if not isinstance(v, (str, bytes)))
+            raise PoolfoldTypeError(
+                f"{spec.label}: input 'input' is an object array holding {type(bad).__name__} "
+                f"{bad!r}; string tensors must hold str"
+            )
+    empty = b"" if x.dtype.kind == "S" else ""
+    planes = out_shape[0] * out_shape[1]
+    block_size = x.shape[1] // out_shape[1]
+    out = allocate(spec.label, "output", (planes, math.prod(plan.in_shape)), object, empty)
+    columns = x.reshape(planes, block_size, x.shape[2]).astype(object)
+    offsets = np.indices(plan.kernel).reshape(plan.rank, -1)  # block offsets, row-major
+    taps = plan.taps
+    image_strides = [math.prod(plan.in_shape[a + 1:]) for a in range(plan.rank)]
+    for l, grid in enumerate(np.ndindex(*plan.out_shape)):
+        valid = np.ones(block_size, bool)
+        position = np.zeros(block_size, np.int64)
+        for a, g in enumerate(grid):
+            valid &= (taps.lo[a, g] <= offsets[a]) & (offsets[a] < taps.hi[a, g])
+            position += (taps.first[a, g] + offsets[a] * plan.dilations[a]) * image_strides[a]
+        out[:, position[valid]] = out[:, position[valid]] + columns[:, valid, l]
+    out = out.reshape(out_shape)
+    return out if x.dtype.kind == "O" else out.astype(x.dtype.kind)

@@ -1,0 +1,147 @@
+"""MaxUnpool, versions 9, 11 and 22, any spatial rank."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes, schema
+from ..errors import PoolfoldError, PoolfoldTypeError
+from ..geometry import WindowAttributes, unpooled_shape
+from ..kernels.scatter import first_out_of_range, scatter_flat, scatter_planes
+from ..memory import allocate
+from ._common import as_tensor, int64_tensor
+
+
+def _output_shape(spec, x_shape, output_shape) -> tuple[int, ...]:
+    """Validate the output_shape input: rank(X) integers, N and C as X's, spatial dims >= 1."""
+    if isinstance(output_shape, np.ndarray):
+        output_shape = int64_tensor(spec, output_shape, "output_shape")
+        if output_shape.ndim != 1:
+            raise PoolfoldError(
+                f"{spec.label}: input 'output_shape' must be 1-D, got shape {output_shape.shape}"
+            )
+    values = list(output_shape) if hasattr(output_shape, "__len__") else None
+    if values is None or any(
+        isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) for v in values
+    ):
+        raise PoolfoldTypeError(
+            f"{spec.label}: input 'output_shape' must be a sequence of integers, "
+            f"got {output_shape!r}"
+        )
+    shape = tuple(int(v) for v in values)
+    if len(shape) != len(x_shape):
+        raise PoolfoldError(
+            f"{spec.label}: input 'output_shape' must have {len(x_shape)} values "
+            f"(the rank of X), got {list(shape)}"
+        )
+    if shape[:2] != tuple(x_shape[:2]):
+        raise PoolfoldError(
+            f"{spec.label}: input 'output_shape' {list(shape)} must keep X's N and C "
+            f"{list(x_shape[:2])}"
+        )
+    if min(shape[2:]) < 1:
+        raise PoolfoldError(
+            f"{spec.label}: input 'output_shape' {list(shape)} has a spatial dim < 1"
+        )
+    return shape
+
+
+def _check_range(spec, indices: np.ndarray, total: int, out_shape, space="the output"):
+    """Raise for the first index (row-major in I) outside ``[0, total)``."""
+    position = first_out_of_range(np.ascontiguousarray(indices).reshape(-1), total)
+    if position >= 0:
+        raise PoolfoldError(
+            f"{spec.label}: input 'I' holds index {int(indices.flat[position])} at position "
+            f"{tuple(int(i) for i in np.unravel_index(position, indices.shape))}, outside the "
+            f"valid range [0, {total}) of {space} {tuple(out_shape)}"
+        )
+
+
+def _from_inferred_space(spec, indices, inferred_shape, out_shape):
+    """Re-express indices given as flat positions in ``inferred_shape`` as flat positions in
+    ``out_shape``, the inferred block being pasted at the output's origin."""
+    _check_range(spec, indices, math.prod(inferred_shape), inferred_shape, "the inferred shape")
+    coords = np.unravel_index(indices, inferred_shape)
+    outside = np.zeros(indices.shape, bool)
+    for axis in range(2, len(out_shape)):
+        outside |= coords[axis] >= out_shape[axis]
+    if outside.any():
+        flat_position = int(np.flatnonzero(outside.ravel())[0])
+        raise PoolfoldError(
+            f"{spec.label}: input 'I' holds index {int(indices.flat[flat_position])} at position "
+            f"{tuple(int(i) for i in np.unravel_index(flat_position, indices.shape))}, which "
+            f"lies outside output_shape {tuple(out_shape)} when read in the inferred shape "
+            f"{tuple(inferred_shape)}"
+        )
+    return np.ravel_multi_index(coords, out_shape).astype(np.int64)
+
+
+def max_unpool(
+    x,
+    indices,
+    kernel_shape,
+    *,
+    strides=None,
+    pads=None,
+    output_shape=None,
+    opset=None,
+    inferred_shape_indices=False,
+):
+    """ONNX MaxUnpool: scatter X to the flat positions I of a zero tensor.
+
+    Without ``output_shape`` the output's spatial dims are ``(in-1)*s + k - pb - pe``; with it,
+    the output has exactly that shape (pads are then ignored).  I holds flat positions in the
+    output tensor, as MaxPool produced them from the tensor being restored, so
+    ``max_unpool(*max_pool(x, k, return_indices=True), k, output_shape=x.shape)`` puts every
+    maximum back in its place.  Every index is checked before anything is written; on duplicate
+    indices the element of X that comes last in row-major order wins.
+
+    ``inferred_shape_indices=True`` reads I as flat positions in the *inferred* shape and pastes
+    that block at the origin of the ``output_shape`` tensor.  This reproduces the ONNX page's
+    ``with_output_shape`` example (and onnx's reference implementation); it is not what
+    onnxruntime or PyTorch do and is off by default (see the README's divergences section).
+
+    >>> import numpy as np
+    >>> x = np.array([[[[5.0, 6.0], [7.0, 8.0]]]], np.float32)
+    >>> i = np.array([[[[5, 7], [13, 15]]]], np.int64)
+    >>> max_unpool(x, i, [2, 2], strides=[2, 2])[0, 0].tolist()
+    [[0.0, 0.0, 0.0, 0.0], [0.0, 5.0, 0.0, 6.0], [0.0, 0.0, 0.0, 0.0], [0.0, 7.0, 0.0, 8.0]]
+    """
+    spec = schema.resolve("MaxUnpool", opset)
+    x = as_tensor(spec, x, "X")
+    indices = int64_tensor(spec, indices, "I")
+    if indices.shape != x.shape:
+        raise PoolfoldError(
+            f"{spec.label}: inputs 'X' {x.shape} and 'I' {indices.shape} must have the same shape"
+        )
+    spatial = x.shape[2:]
+    attributes = WindowAttributes.validate(spec.label, len(spatial), kernel_shape, strides, None, pads)
+    inferred = x.shape[:2] + unpooled_shape(spec.label, spatial, attributes)
+    if output_shape is None:
+        out_shape = inferred
+    else:
+        out_shape = _output_shape(spec, x.shape, output_shape)
+        if inferred_shape_indices:
+            indices = _from_inferred_space(spec, indices, inferred, out_shape)
+    return unpool_planes(spec, x, indices, out_shape)
+
+
+def unpool_planes(spec, x: np.ndarray, indices: np.ndarray, out_shape) -> np.ndarray:
+    """Scatter X to the checked positions I; inputs already validated for shape and type."""
+    y = allocate(spec.label, "output", out_shape, x.dtype)
+    planes = x.shape[0] * x.shape[1]
+    if x.size == 0:
+        y[...] = 0
+        return y
+    index_planes = np.ascontiguousarray(indices).reshape(planes, -1)
+    xs = dtypes.bits_view(np.ascontiguousarray(x).reshape(planes, -1))
+    ys = dtypes.bits_view(y.reshape(planes, -1))
+    foreign = scatter_planes(xs, index_planes, ys)
+    if (foreign >= 0).any():
+        # Some index leaves its plane: check them all, then one row-major pass.
+        _check_range(spec, indices, math.prod(out_shape), out_shape)
+        ys[...] = 0
+        scatter_flat(xs.reshape(-1), index_planes.reshape(-1), ys.reshape(-1))
+    return y
