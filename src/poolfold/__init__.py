@@ -7,9 +7,12 @@
 """
 
 from .errors import PoolfoldError, PoolfoldTypeError
+from . import nhwc
 from .ops.col2im import col2im
 from .ops.max_pool import max_pool, max_pool_shape
 from .ops.max_unpool import max_unpool
 
-__all__ = ["PoolfoldError", "PoolfoldTypeError", "col2im", "max_pool", "max_pool_shape", "max_unpool"]
+__all__ = [
+    "PoolfoldError", "PoolfoldTypeError", "col2im", "max_pool", "max_pool_shape", "max_unpool", "nhwc",
+]
 __version__ = "0.1.0"

@@ -9,7 +9,7 @@ code path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -18,6 +18,7 @@ from . import dtypes
 from .errors import PoolfoldError, PoolfoldTypeError, op_label
 
 AI_ONNX = ""
+NHWC = "com.ms.internal.nhwc"
 
 
 @dataclass(frozen=True)
@@ -141,10 +142,26 @@ COL2IM_CHANGES = (
     ),
 )
 
+# onnxruntime's channels-last domain: the ai.onnx op of the same version plus a fused
+# activation, for the versions its layout transformer produces.
+_ACTIVATION = (Attribute("activation", "string", None), Attribute("activation_params", "floats", None))
+
+
+def _channels_last(changes: tuple[Change, ...]) -> tuple[Change, ...]:
+    first = changes[0]
+    return (replace(first, add_attributes=first.add_attributes + _ACTIVATION),) + changes[1:]
+
+
 TABLE: dict[tuple[str, str], list[OpVersion]] = {
     (AI_ONNX, "MaxPool"): _history(AI_ONNX, "MaxPool", MAX_POOL_CHANGES),
     (AI_ONNX, "MaxUnpool"): _history(AI_ONNX, "MaxUnpool", MAX_UNPOOL_CHANGES),
     (AI_ONNX, "Col2Im"): _history(AI_ONNX, "Col2Im", COL2IM_CHANGES),
+    (NHWC, "MaxPool"): _history(
+        NHWC, "MaxPool", _channels_last(MAX_POOL_CHANGES), versions=(1, 8, 10, 11, 12)
+    ),
+    (NHWC, "MaxUnpool"): _history(
+        NHWC, "MaxUnpool", _channels_last(MAX_UNPOOL_CHANGES), versions=(9, 11)
+    ),
 }
 
 

@@ -1,10 +1,14 @@
 """Scatter of values to flat positions (MaxUnpool), never writing out of bounds.
 
-Duplicates resolve deterministically: positions are written in row-major order of the source,
-so the last source element wins.  MaxPool's indices keep every plane inside its own slice of
-the output, so planes are scattered in parallel, each checking every index before writing it;
-a plane that meets an index outside its slice stops, and the caller then falls back to a full
-range check and one row-major pass over the whole tensor.
+Arrays are ``(N, C, S)`` planes of any strides, so the same kernels serve NCHW tensors and
+channels-last ones (seen through a transposed view, no copy).  An index is a flat NCHW
+position ``(n*C + c) * S_out + s`` in the output.
+
+Duplicates resolve deterministically: positions are written in row-major (N, C, S) order of
+the source, so the last source element wins.  MaxPool's indices keep every plane inside its
+own slice of the output, so planes are scattered in parallel, each checking every index before
+writing it; a plane that meets an index outside its slice stops, and the caller then falls
+back to a full range check and one ordered pass over the whole tensor.
 """
 
 from __future__ import annotations
@@ -12,26 +16,32 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .activation import activate
+
 
 @njit(parallel=True, cache=True, nogil=True)
-def scatter_planes(x, indices, y):
-    """Per plane p: ``y[p] = 0``, then ``y.flat[indices[p, i]] = x[p, i]`` in order of i.
+def scatter_planes(x, indices, y, fill, act_code, act_params, act_table):
+    """Per plane (n, c): ``y[n, c] = fill``, then ``y[n, c, s] = activation(x[n, c, i])`` where
+    ``indices[n, c, i]`` is the flat position of (n, c, s), in order of i.
 
-    Returns, per plane, the first i whose index lies outside plane p's slice
-    ``[p * S_out, (p + 1) * S_out)`` of the flat output (the plane stops there), or -1."""
-    planes, size = x.shape
-    plane_out = y.shape[1]
-    foreign = np.full(planes, -1, np.int64)
-    for p in prange(planes):
-        yp = y[p]
-        yp[:] = 0
+    Returns, per plane ``n*C + c``, the first i whose index lies outside the plane's own slice
+    (the plane stops there), or -1."""
+    batch, channels, size = x.shape
+    plane_out = y.shape[2]
+    foreign = np.full(batch * channels, -1, np.int64)
+    for p in prange(batch * channels):
+        n = p // channels
+        c = p % channels
+        yp = y[n, c]
+        for s in range(plane_out):
+            yp[s] = fill
         start = p * plane_out
         for i in range(size):
-            target = indices[p, i] - start
+            target = indices[n, c, i] - start
             if target < 0 or target >= plane_out:
                 foreign[p] = i
                 break
-            yp[target] = x[p, i]
+            yp[target] = activate(x[n, c, i], act_code, act_params, act_table)
     return foreign
 
 
@@ -45,7 +55,15 @@ def first_out_of_range(indices, total):
 
 
 @njit(cache=True, nogil=True)
-def scatter_flat(x, indices, y):
-    """``y[indices[i]] = x[i]`` for every i in order, on flat arrays (indices checked)."""
-    for i in range(x.size):
-        y[indices[i]] = x[i]
+def scatter_ordered(x, indices, y, act_code, act_params, act_table):
+    """``y[position] = activation(x[n, c, i])`` in row-major (n, c, i) order; the indices are
+    checked and y already holds the fill value."""
+    batch, channels, size = x.shape
+    plane_out = y.shape[2]
+    for n in range(batch):
+        for c in range(channels):
+            for i in range(size):
+                target = indices[n, c, i]
+                plane = target // plane_out
+                y[plane // channels, plane % channels, target % plane_out] = activate(
+                    x[n, c, i], act_code, act_params, act_table)

@@ -83,7 +83,7 @@ def _max_on_border(xp, o, j, first, lo, hi, in_shape, dilations, half_inf_bits):
 
 
 @njit(cache=True, nogil=True)
-def _index(offset, column_major, in_shape, in_strides):
+def reported_index(offset, column_major, in_shape, in_strides):
     """The reported index of an in-plane offset: itself (row-major), or first-axis-fastest."""
     if not column_major:
         return offset
@@ -158,7 +158,7 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
                     origin += step_last
                     yp[q0 + ol] = xp[best]
                     if want_indices:
-                        indices[p, q0 + ol] = p * plane_size + _index(best, column_major,
+                        indices[p, q0 + ol] = p * plane_size + reported_index(best, column_major,
                                                                        in_shape, in_strides)
                 border_lo, border_hi = inner_lo, inner_hi
             else:
@@ -176,7 +176,7 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
                 else:
                     yp[q0 + ol] = xp[best]
                     if want_indices:
-                        indices[p, q0 + ol] = p * plane_size + _index(best, column_major,
+                        indices[p, q0 + ol] = p * plane_size + reported_index(best, column_major,
                                                                        in_shape, in_strides)
             # Next row: advance the outer output coordinates, last of them fastest.
             a = last - 1

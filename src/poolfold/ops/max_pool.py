@@ -12,8 +12,9 @@ from ..memory import allocate
 from ._common import as_tensor, flag
 
 
-def _resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
-    """Check the attributes against the version, then compute the window plan."""
+def resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
+    """Check the window attributes against the version, then plan the windows over the
+    spatial dims of the NCHW-ordered ``shape``."""
     spec.reject_absent("dilations", dilations is not None)
     spec.reject_absent("ceil_mode", bool(ceil_mode))
     ceil_mode = flag(spec, "ceil_mode", ceil_mode)
@@ -22,6 +23,18 @@ def _resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad,
         spec.label, len(spatial), kernel_shape, strides, dilations, pads
     )
     return window_plan(spec.label, spatial, attributes, auto_pad, bool(ceil_mode))
+
+
+def check_index_request(spec, storage_order, return_indices) -> int:
+    """Check the Indices output and storage_order against the version; the storage order."""
+    if not isinstance(return_indices, (bool, np.bool_)):
+        raise PoolfoldTypeError(f"{spec.label}: return_indices must be a bool, got {return_indices!r}")
+    if return_indices and "Indices" not in spec.outputs:
+        raise PoolfoldError(
+            f"{spec.label}: output 'Indices' is not part of this version (it exists from MaxPool-8)"
+        )
+    spec.reject_absent("storage_order", bool(storage_order))
+    return flag(spec, "storage_order", storage_order)
 
 
 def max_pool_shape(
@@ -47,7 +60,7 @@ def max_pool_shape(
         raise PoolfoldError(
             f"{spec.label}: input 'X' must have rank >= 3, got shape {shape}"
         )
-    plan = _resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
+    plan = resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
     return shape[:2] + plan.out_shape
 
 
@@ -80,16 +93,9 @@ def max_pool(
     ([[5.0, 7.0], [13.0, 15.0]], [[5, 7], [13, 15]])
     """
     spec = schema.resolve("MaxPool", opset)
-    if not isinstance(return_indices, (bool, np.bool_)):
-        raise PoolfoldTypeError(f"{spec.label}: return_indices must be a bool, got {return_indices!r}")
-    if return_indices and "Indices" not in spec.outputs:
-        raise PoolfoldError(
-            f"{spec.label}: output 'Indices' is not part of this version (it exists from MaxPool-8)"
-        )
-    spec.reject_absent("storage_order", bool(storage_order))
-    storage_order = flag(spec, "storage_order", storage_order)
+    storage_order = check_index_request(spec, storage_order, return_indices)
     x = as_tensor(spec, x, "X")
-    plan = _resolve_plan(spec, x.shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
+    plan = resolve_plan(spec, x.shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
     y, indices = pool_planes(spec.label, x, plan, return_indices, storage_order)
     return (y, indices) if return_indices else y
 

@@ -9,7 +9,8 @@ import numpy as np
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, unpooled_shape
-from ..kernels.scatter import first_out_of_range, scatter_flat, scatter_planes
+from .. import activations
+from ..kernels.scatter import first_out_of_range, scatter_ordered, scatter_planes
 from ..memory import allocate
 from ._common import as_tensor, int64_tensor
 
@@ -111,37 +112,60 @@ def max_unpool(
     """
     spec = schema.resolve("MaxUnpool", opset)
     x = as_tensor(spec, x, "X")
-    indices = int64_tensor(spec, indices, "I")
-    if indices.shape != x.shape:
-        raise PoolfoldError(
-            f"{spec.label}: inputs 'X' {x.shape} and 'I' {indices.shape} must have the same shape"
-        )
-    spatial = x.shape[2:]
-    attributes = WindowAttributes.validate(spec.label, len(spatial), kernel_shape, strides, None, pads)
-    inferred = x.shape[:2] + unpooled_shape(spec.label, spatial, attributes)
-    if output_shape is None:
-        out_shape = inferred
-    else:
-        out_shape = _output_shape(spec, x.shape, output_shape)
-        if inferred_shape_indices:
-            indices = _from_inferred_space(spec, indices, inferred, out_shape)
+    indices, out_shape = resolve_indices(
+        spec, x.shape, indices, kernel_shape, strides, pads, output_shape, inferred_shape_indices
+    )
     return unpool_planes(spec, x, indices, out_shape)
 
 
-def unpool_planes(spec, x: np.ndarray, indices: np.ndarray, out_shape) -> np.ndarray:
-    """Scatter X to the checked positions I; inputs already validated for shape and type."""
-    y = allocate(spec.label, "output", out_shape, x.dtype)
-    planes = x.shape[0] * x.shape[1]
+def resolve_indices(spec, shape, indices, kernel_shape, strides, pads, output_shape,
+                    inferred_shape_indices):
+    """Check I and the attributes for an X of NCHW-ordered ``shape``: (I as flat positions
+    in the output, the output's NCHW shape)."""
+    indices = int64_tensor(spec, indices, "I")
+    if indices.shape != tuple(shape):
+        raise PoolfoldError(
+            f"{spec.label}: input 'I' {indices.shape} must have the (NCHW) shape of X, {tuple(shape)}"
+        )
+    spatial = tuple(shape[2:])
+    attributes = WindowAttributes.validate(spec.label, len(spatial), kernel_shape, strides, None, pads)
+    inferred = tuple(shape[:2]) + unpooled_shape(spec.label, spatial, attributes)
+    if output_shape is None:
+        return indices, inferred
+    out_shape = _output_shape(spec, shape, output_shape)
+    if inferred_shape_indices:
+        indices = _from_inferred_space(spec, indices, inferred, out_shape)
+    return indices, out_shape
+
+
+def unpool_planes(spec, x: np.ndarray, indices: np.ndarray, out_shape,
+                  activation=activations.NONE, channels_last=False) -> np.ndarray:
+    """Scatter X to the checked positions I; inputs already validated for shape and type.
+
+    ``out_shape`` and I are NCHW-ordered.  With ``channels_last``, X is ``(N, spatial..., C)``
+    and so is the result; the fused ``activation`` applies to every element of the result."""
+    n, c = out_shape[:2]
+    shape = (n,) + tuple(out_shape[2:]) + (c,) if channels_last else tuple(out_shape)
+    y = allocate(spec.label, "output", shape, x.dtype)
+    fill = activation.scalar(np.zeros((), x.dtype))
     if x.size == 0:
-        y[...] = 0
+        y[...] = fill
         return y
-    index_planes = np.ascontiguousarray(indices).reshape(planes, -1)
-    xs = dtypes.bits_view(np.ascontiguousarray(x).reshape(planes, -1))
-    ys = dtypes.bits_view(y.reshape(planes, -1))
-    foreign = scatter_planes(xs, index_planes, ys)
+    index_planes = np.ascontiguousarray(indices).reshape(n, c, -1)
+    xs = dtypes.bits_view(np.ascontiguousarray(x))
+    ys = dtypes.bits_view(y)
+    if channels_last:  # (N, C, S) views of the channels-last memory: no copies
+        xs = xs.reshape(n, -1, c).transpose(0, 2, 1)
+        ys = ys.reshape(n, -1, c).transpose(0, 2, 1)
+    else:
+        xs = xs.reshape(n, c, -1)
+        ys = ys.reshape(n, c, -1)
+    fill_bits = dtypes.bits_view(fill)[()]
+    act = (activation.code, activation.params, activation.table)
+    foreign = scatter_planes(xs, index_planes, ys, fill_bits, *act)
     if (foreign >= 0).any():
-        # Some index leaves its plane: check them all, then one row-major pass.
+        # Some index leaves its plane: check them all, then one ordered pass.
         _check_range(spec, indices, math.prod(out_shape), out_shape)
-        ys[...] = 0
-        scatter_flat(xs.reshape(-1), index_planes.reshape(-1), ys.reshape(-1))
+        ys[...] = fill_bits
+        scatter_ordered(xs, index_planes, ys, *act)
     return y
