@@ -5,12 +5,11 @@ are alternated round by round so that machine noise hits them alike; medians are
 with the ratio to onnxruntime and the time as a multiple of the memory-copy limit
 (``np.copyto`` of as many bytes as the op reads and writes, measured in the same run).
 
-    python -m poolfold.bench [--repeat N] [--threads T] [--json]
+    poolfold bench [WORKLOAD ...] [--repeat N] [--threads T] [--json]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -167,20 +166,37 @@ def _format(row: dict) -> str:
     return "  ".join(parts)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m poolfold.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("workloads", nargs="*", default=list(WORKLOADS), help=", ".join(WORKLOADS))
+DESCRIPTION = __doc__.split("\n\n    python")[0]
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("workloads", nargs="*", default=list(WORKLOADS), metavar="WORKLOAD",
+                        help=f"which workloads (default all): {', '.join(WORKLOADS)}")
     parser.add_argument("--repeat", type=int, default=15, help="timed rounds per implementation")
     parser.add_argument("--threads", type=int, default=2, help="threads for every implementation")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    args = parser.parse_args(argv)
+    parser.set_defaults(handler=command)
+
+
+def command(args) -> int:
     unknown = [w for w in args.workloads if w not in WORKLOADS]
     if unknown:
-        parser.error(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
-    rows = run(args.workloads, args.repeat, args.threads, progress=(lambda s: None) if args.json else print)
+        print(f"poolfold bench: error: unknown workload(s) {', '.join(unknown)}; "
+              f"known: {', '.join(WORKLOADS)}")
+        return 2
+    rows = run(args.workloads, args.repeat, args.threads,
+               progress=(lambda s: None) if args.json else print)
     if args.json:
         print(json.dumps({"threads": args.threads, "cpus": os.cpu_count(), "results": rows}, indent=2))
     return 0
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m poolfold.bench", description=DESCRIPTION)
+    add_arguments(parser)
+    return command(parser.parse_args(argv))
 
 
 if __name__ == "__main__":
