@@ -13,6 +13,7 @@ import numpy as np
 from . import dtypes
 from .errors import PoolfoldError, PoolfoldTypeError
 from .kernels import activation as kernel
+from .kernels import launch
 from .schema import OpVersion
 
 # name -> (kernel code, number of activation_params)
@@ -40,7 +41,7 @@ class Activation:
             return value
         if value.dtype == dtypes.FLOAT16:
             return self.table[value.view(np.uint16)].view(np.float16)
-        result = kernel.formula_over(np.array([float(value)]), self.code, self.params)[0]
+        result = launch(kernel.formula_over, np.array([float(value)]), self.code, self.params)[0]
         return np.array(result, value.dtype)
 
 
@@ -89,7 +90,7 @@ def resolve(spec: OpVersion, name, params, dtype: np.dtype) -> Activation:
 def _half_table(code: int, params: tuple) -> np.ndarray:
     """float16 bits of the activation of every float16 bit pattern, computed in float64."""
     values = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(np.float16)
-    results = kernel.formula_over(values.astype(np.float64), code, np.array(params))
+    results = launch(kernel.formula_over, values.astype(np.float64), code, np.array(params))
     table = results.astype(np.float16).view(np.uint16)
     table.setflags(write=False)
     return table

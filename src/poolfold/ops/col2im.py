@@ -9,6 +9,7 @@ import numpy as np
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, int_tuple, window_plan
+from ..kernels import launch
 from ..kernels.fold import fold
 from ..memory import allocate
 from ._common import as_tensor, int64_tensor
@@ -82,7 +83,8 @@ def _fold_numbers(spec, x, plan: WindowPlan, out_shape):
     block_size = x.shape[1] // out_shape[1]
     table = dtypes.float32_table(x.dtype) if half else np.zeros(1, np.float32)
     taps = plan.taps
-    fold(
+    launch(
+        fold,
         dtypes.bits_view(np.ascontiguousarray(x)).reshape(planes, block_size, x.shape[2]),
         out.reshape(planes, -1),
         table,

@@ -7,6 +7,7 @@ import numpy as np
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, window_plan
+from ..kernels import launch
 from ..kernels.window_max import window_max
 from ..memory import allocate
 from ._common import as_tensor, flag
@@ -113,7 +114,8 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
     ys, _ = dtypes.comparable(y.reshape(planes, -1))
     empty_value, _ = dtypes.comparable(dtypes.lowest(x.dtype))
     taps = plan.taps
-    window_max(
+    launch(
+        window_max,
         xs,
         ys,
         indices.reshape(planes, -1) if return_indices else np.empty((0, 0), np.int64),

@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
-from .. import dtypes, schema
+from .. import activations, dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, unpooled_shape
-from .. import activations
+from ..kernels import launch
 from ..kernels.scatter import first_out_of_range, scatter_ordered, scatter_planes
 from ..memory import allocate
 from ._common import as_tensor, int64_tensor
@@ -51,7 +51,7 @@ def _output_shape(spec, x_shape, output_shape) -> tuple[int, ...]:
 
 def _check_range(spec, indices: np.ndarray, total: int, out_shape, space="the output"):
     """Raise for the first index (row-major in I) outside ``[0, total)``."""
-    position = first_out_of_range(np.ascontiguousarray(indices).reshape(-1), total)
+    position = launch(first_out_of_range, np.ascontiguousarray(indices).reshape(-1), total)
     if position >= 0:
         raise PoolfoldError(
             f"{spec.label}: input 'I' holds index {int(indices.flat[position])} at position "
@@ -162,10 +162,10 @@ def unpool_planes(spec, x: np.ndarray, indices: np.ndarray, out_shape,
         ys = ys.reshape(n, c, -1)
     fill_bits = dtypes.bits_view(fill)[()]
     act = (activation.code, activation.params, activation.table)
-    foreign = scatter_planes(xs, index_planes, ys, fill_bits, *act)
+    foreign = launch(scatter_planes, xs, index_planes, ys, fill_bits, *act)
     if (foreign >= 0).any():
         # Some index leaves its plane: check them all, then one ordered pass.
         _check_range(spec, indices, math.prod(out_shape), out_shape)
         ys[...] = fill_bits
-        scatter_ordered(xs, index_planes, ys, *act)
+        launch(scatter_ordered, xs, index_planes, ys, *act)
     return y

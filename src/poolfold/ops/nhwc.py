@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import activations, dtypes, schema
+from ..kernels import launch
 from ..kernels.window_max_channels_last import window_max_channels_last
 from ..memory import allocate
 from ._common import as_tensor
@@ -63,7 +64,8 @@ def max_pool(
         xs, half_inf_bits = dtypes.comparable(np.ascontiguousarray(x).reshape(n, -1, c))
         empty_value, _ = dtypes.comparable(dtypes.lowest(x.dtype))
         taps = plan.taps
-        window_max_channels_last(
+        launch(
+            window_max_channels_last,
             xs,
             dtypes.bits_view(y).reshape(n, -1, c),
             indices.reshape(n, c, -1) if return_indices else np.empty((0, 0, 0), np.int64),
