@@ -104,6 +104,11 @@ def _read_input(spec: str, declared: dict) -> tuple[str, np.ndarray]:
     return name, value
 
 
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def _summary(value: np.ndarray) -> str:
     if value.size == 0:
         return "empty"
@@ -130,7 +135,10 @@ def command_run(args) -> int:
     try:
         model = onnx.load(path)
     except Exception as error:  # protobuf's errors are not one family
-        raise UsageError(f"cannot read {path} as an ONNX model: {error}") from None
+        raise UsageError(f"cannot read {path} as an ONNX model: {_first_line(error)}") from None
+    if not model.graph.node or not model.graph.output:
+        # An empty or unrelated file can parse as an empty ModelProto.
+        raise UsageError(f"{path} is not an ONNX model (no graph nodes or outputs)")
     declared = _declared_inputs(model)
     feeds = dict(_read_input(spec, declared) for spec in args.input)
     rng = np.random.default_rng(args.seed)
@@ -146,8 +154,8 @@ def command_run(args) -> int:
         start = time.perf_counter()
         outputs = rep.run(feeds)
         seconds = time.perf_counter() - start
-    except (ValueError, TypeError) as error:
-        print(f"poolfold run: error: {str(error).splitlines()[0]}", file=sys.stderr)
+    except Exception as error:  # the model's own failure: one line, not a traceback
+        print(f"poolfold run: error: {_first_line(error)}", file=sys.stderr)
         return EXIT_FAILURE
     names = [o.name for o in model.graph.output]
     for name, value in zip(names, outputs):

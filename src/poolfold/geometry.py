@@ -138,7 +138,6 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-@functools.lru_cache(maxsize=512)
 def window_plan(
     label: str,
     in_shape: tuple[int, ...],
@@ -150,9 +149,15 @@ def window_plan(
     """Compute the output size and begin pads of every spatial axis (see the module doc).
 
     ``label`` names the op and version in error messages, ``kernel_name`` what sets the kernel.
+    Plans are cached: a model's repeated calls with the same shapes reuse them.
     """
     if not isinstance(auto_pad, str):
         raise PoolfoldTypeError(f"{label}: attribute 'auto_pad' must be a string, got {auto_pad!r}")
+    return _window_plan(label, tuple(in_shape), attributes, auto_pad, bool(ceil_mode), kernel_name)
+
+
+@functools.lru_cache(maxsize=512)
+def _window_plan(label, in_shape, attributes, auto_pad, ceil_mode, kernel_name) -> WindowPlan:
     if auto_pad not in AUTO_PADS:
         raise PoolfoldError(
             f"{label}: attribute 'auto_pad' must be one of {', '.join(AUTO_PADS)}, got {auto_pad!r}"

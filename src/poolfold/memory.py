@@ -17,10 +17,10 @@ def _physical_memory() -> int:
         return 2**62
 
 
-def allocate(label: str, what: str, shape: tuple[int, ...], dtype, fill=None) -> np.ndarray:
-    """``np.empty`` (or ``np.full``) of ``shape``, refused with a PoolfoldError when the array
-    would exceed physical memory.  Linux overcommits, so numpy alone would often "succeed" and
-    the process would be killed later while writing."""
+def check_size(label: str, what: str, shape: tuple[int, ...], dtype) -> None:
+    """Refuse, with a PoolfoldError, an array of ``shape`` larger than physical memory.
+    Linux overcommits, so numpy alone would often "succeed" and the process would be killed
+    later while writing."""
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > _physical_memory():
@@ -28,6 +28,11 @@ def allocate(label: str, what: str, shape: tuple[int, ...], dtype, fill=None) ->
             f"{label}: output '{what}' of shape {tuple(shape)} ({dtype.name}) needs "
             f"{nbytes / 2**30:.1f} GiB, more than this machine's memory"
         )
+
+
+def allocate(label: str, what: str, shape: tuple[int, ...], dtype, fill=None) -> np.ndarray:
+    """``np.empty`` (or ``np.full``) of ``shape``, after :func:`check_size`."""
+    check_size(label, what, shape, dtype)
     try:
         if fill is None:
             return np.empty(shape, dtype)

@@ -84,14 +84,17 @@ def _history(domain: str, op: str, changes: Iterable[Change], versions=None) -> 
     """Expand a list of changes into one row per version (or per listed version)."""
     rows, attributes, types, outputs, introduced = [], {}, (), (), {}
     for change in changes:
+        listed = versions is None or change.since in versions
         for attribute in change.add_attributes:
             attributes[attribute.name] = attribute
-            introduced.setdefault(attribute.name, change.since)
+            if listed:  # a hint must name a version that exists in this domain
+                introduced.setdefault(attribute.name, change.since)
         for t in change.add_types:
-            introduced.setdefault(f"type:{t}", change.since)
+            if listed:
+                introduced.setdefault(f"type:{t}", change.since)
         types = types + change.add_types
         outputs = change.outputs if change.outputs is not None else outputs
-        if versions is None or change.since in versions:
+        if listed:
             rows.append(
                 OpVersion(domain, op, change.since, dict(attributes), types, outputs, introduced)
             )

@@ -29,8 +29,9 @@ def formula(v, code, params):
         return 1.0 / (1.0 + math.exp(-v))
     if code == LEAKY_RELU:
         return params[0] * v if v < 0 else v
-    if code == CLIP:
-        return params[0] if v < params[0] else (params[1] if v > params[1] else v)
+    if code == CLIP:  # min(max(v, lo), hi): hi wins when lo > hi, as the formula says
+        raised = params[0] if v < params[0] else v
+        return params[1] if raised > params[1] else raised
     if code == HARD_SIGMOID:
         h = params[0] * v + params[1]
         return 0.0 if h < 0 else (1.0 if h > 1 else h)

@@ -19,12 +19,21 @@ def as_tensor(spec: OpVersion, value, name: str, min_rank: int = 3) -> np.ndarra
                 f"{spec.label}: input '{name}' is not convertible to an array: {error}"
             ) from None
     spec.check_type(value.dtype, name)
+    value = native(value)
     if value.ndim < min_rank:
         raise PoolfoldError(
             f"{spec.label}: input '{name}' must have rank >= {min_rank} "
             f"(N, C and at least one spatial axis), got shape {value.shape}"
         )
     return value
+
+
+def native(array: np.ndarray) -> np.ndarray:
+    """``array`` in the machine's byte order (kernels read native values): a copy only for
+    byte-swapped input."""
+    if array.dtype.byteorder not in "=|" and array.dtype.kind not in "OUS":
+        return array.astype(array.dtype.newbyteorder("="))
+    return array
 
 
 def flag(spec: OpVersion, name: str, value, allowed=(0, 1)) -> int:
@@ -50,7 +59,7 @@ def row_major_strides(shape) -> np.ndarray:
 
 def int64_tensor(spec: OpVersion, value, name: str) -> np.ndarray:
     """``value`` as an int64 ndarray; other integer arrays are refused, as the spec types them."""
-    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    array = native(value if isinstance(value, np.ndarray) else np.asarray(value))
     if array.dtype != np.int64:
         if not isinstance(value, np.ndarray) and (array.dtype.kind in "iu" or array.size == 0):
             return array.astype(np.int64)  # a Python list of ints

@@ -80,7 +80,7 @@ def _fold_numbers(spec, x, plan: WindowPlan, out_shape):
     out = allocate(spec.label, "output", out_shape, np.float32 if half else x.dtype)
     if planes == 0:
         return out.astype(x.dtype) if half else out
-    block_size = x.shape[1] // out_shape[1]
+    block_size = math.prod(plan.kernel)
     table = dtypes.float32_table(x.dtype) if half else np.zeros(1, np.float32)
     taps = plan.taps
     launch(
@@ -113,7 +113,7 @@ def _fold_strings(spec, x, plan: WindowPlan, out_shape):
             )
     empty = b"" if x.dtype.kind == "S" else ""
     planes = out_shape[0] * out_shape[1]
-    block_size = x.shape[1] // out_shape[1]
+    block_size = math.prod(plan.kernel)
     out = allocate(spec.label, "output", (planes, math.prod(plan.in_shape)), object, empty)
     columns = x.reshape(planes, block_size, x.shape[2]).astype(object)
     offsets = np.indices(plan.kernel).reshape(plan.rank, -1)  # block offsets, row-major

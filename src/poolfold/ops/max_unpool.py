@@ -11,7 +11,7 @@ from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, unpooled_shape
 from ..kernels import launch
 from ..kernels.scatter import first_out_of_range, scatter_ordered, scatter_planes
-from ..memory import allocate
+from ..memory import allocate, check_size
 from ._common import as_tensor, int64_tensor
 
 
@@ -113,15 +113,16 @@ def max_unpool(
     spec = schema.resolve("MaxUnpool", opset)
     x = as_tensor(spec, x, "X")
     indices, out_shape = resolve_indices(
-        spec, x.shape, indices, kernel_shape, strides, pads, output_shape, inferred_shape_indices
+        spec, x.shape, x.dtype, indices, kernel_shape, strides, pads, output_shape,
+        inferred_shape_indices,
     )
     return unpool_planes(spec, x, indices, out_shape)
 
 
-def resolve_indices(spec, shape, indices, kernel_shape, strides, pads, output_shape,
+def resolve_indices(spec, shape, dtype, indices, kernel_shape, strides, pads, output_shape,
                     inferred_shape_indices):
-    """Check I and the attributes for an X of NCHW-ordered ``shape``: (I as flat positions
-    in the output, the output's NCHW shape)."""
+    """Check I and the attributes for an X of NCHW-ordered ``shape`` and ``dtype``: (I as flat
+    positions in the output, the output's NCHW shape)."""
     indices = int64_tensor(spec, indices, "I")
     if indices.shape != tuple(shape):
         raise PoolfoldError(
@@ -129,11 +130,14 @@ def resolve_indices(spec, shape, indices, kernel_shape, strides, pads, output_sh
         )
     spatial = tuple(shape[2:])
     attributes = WindowAttributes.validate(spec.label, len(spatial), kernel_shape, strides, None, pads)
-    inferred = tuple(shape[:2]) + unpooled_shape(spec.label, spatial, attributes)
     if output_shape is None:
-        return indices, inferred
+        return indices, tuple(shape[:2]) + unpooled_shape(spec.label, spatial, attributes)
+    # With output_shape the pads are ignored (SEMANTICS.md), so the inferred shape is needed,
+    # and must be valid, only to read indices in it.
     out_shape = _output_shape(spec, shape, output_shape)
+    check_size(spec.label, "output", out_shape, dtype)
     if inferred_shape_indices:
+        inferred = tuple(shape[:2]) + unpooled_shape(spec.label, spatial, attributes)
         indices = _from_inferred_space(spec, indices, inferred, out_shape)
     return indices, out_shape
 

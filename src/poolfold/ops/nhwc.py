@@ -110,7 +110,7 @@ def max_unpool(
     x = as_tensor(spec, x, "X")
     act = activations.resolve(spec, activation, activation_params, x.dtype)
     indices, out_shape = resolve_indices(
-        spec, _nchw_shape(x.shape), indices, kernel_shape, strides, pads, output_shape,
+        spec, _nchw_shape(x.shape), x.dtype, indices, kernel_shape, strides, pads, output_shape,
         inferred_shape_indices,
     )
     return unpool_planes(spec, x, indices, out_shape, act, channels_last=True)
