@@ -131,8 +131,13 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
         in_strides[a] = in_strides[a + 1] * in_shape[a + 1]
     # Offsets of a whole window's taps relative to its first tap, in window (row-major)
     # order: windows that lie entirely inside the plane, the vast majority, read these.
-    window_taps = np.zeros(1, np.int64)
+    # Built only when such a window exists, so its size is bounded by the plane's.
+    whole_fits = True
     for a in range(rank):
+        if (kernel[a] - 1) * dilations[a] >= in_shape[a]:
+            whole_fits = False
+    window_taps = np.zeros(1, np.int64)
+    for a in range(rank if whole_fits else 0):
         step = dilations[a] * in_strides[a]
         grown = np.empty(window_taps.size * kernel[a], np.int64)
         for t in range(window_taps.size):
@@ -248,6 +253,8 @@ def _rolling_pass(src, src_index, dst, dst_index, count, step, taps, first_pass,
                   half_inf_bits):
     """``dst[i]`` = the first maximum (first NaN) of ``src[i + t*step]`` over taps t in
     order, for i in [0, count); positions recorded (first pass) or carried along."""
+    if count == 0:
+        return
     held = dst[:count]
     first_tap = src[:count]
     for i in range(count):

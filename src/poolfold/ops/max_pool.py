@@ -59,9 +59,11 @@ def max_pool_shape(
     """
     spec = schema.resolve("MaxPool", opset)
     shape = tuple(input_shape)
-    if len(shape) < 3:
+    if any(isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) for n in shape):
+        raise PoolfoldTypeError(f"{spec.label}: input 'X' shape must hold integers, got {shape}")
+    if len(shape) < 3 or min(shape) < 0:
         raise PoolfoldError(
-            f"{spec.label}: input 'X' must have rank >= 3, got shape {shape}"
+            f"{spec.label}: input 'X' must have rank >= 3 and no negative dim, got shape {shape}"
         )
     plan = resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
     return shape[:2] + plan.out_shape
@@ -112,6 +114,8 @@ def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_byte
     window, so large strides with small kernels favour it.  The passes need two scratch
     slabs per thread: slabs are sized to stay in cache (256 KiB) and, all threads together,
     under 10% of the outputs' size; if even one row of outputs cannot, scan directly."""
+    if any((k - 1) * d >= n for n, k, d in zip(plan.in_shape, plan.kernel, plan.dilations)):
+        return None  # no window fits wholly inside: every output is a border scan
     separable = math.prod(plan.in_shape) * sum(plan.kernel) / 8
     direct = math.prod(plan.out_shape) * math.prod(plan.kernel)
     if separable >= direct:
