@@ -11,6 +11,8 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
+from .odometer import next_in_ranges, next_in_shape
+
 
 def add_into(acc, i, v, table):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
@@ -92,20 +94,6 @@ def fold(x, out, table, first, lo, hi, image_shape, block_shape, grid_shape, dil
                 row += k_at[last] * dilations[last] + first[last, 0]
                 for gl in range(g_lo[last, k_at[last]], g_hi[last, k_at[last]]):
                     add_into(acc, row + gl * step_last, xp[k, block_row + gl], table)
-                # Next row of blocks along the outer axes, last of them fastest.
-                a = last - 1
-                while a >= 0:
-                    g[a] += 1
-                    if g[a] < g_hi[a, k_at[a]]:
-                        break
-                    g[a] = g_lo[a, k_at[a]]
-                    a -= 1
-                empty = a < 0
-            # Next block offset, row-major.
-            a = last
-            while a >= 0:
-                k_at[a] += 1
-                if k_at[a] < block_shape[a]:
-                    break
-                k_at[a] = 0
-                a -= 1
+                # Next row of blocks along the outer axes.
+                empty = not next_in_ranges(g, k_at, g_lo, g_hi, last)
+            next_in_shape(k_at, block_shape, rank)  # next block offset

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .odometer import next_in_ranges, next_in_shape
 from .ordering import is_nan, order_key
 
 
@@ -82,15 +83,7 @@ def _max_on_border(xp, o, j, first, lo, hi, in_shape, dilations, half_inf_bits):
             for jl in range(j_lo, j_hi):
                 if is_nan(xp[row + jl * d_last], half_inf_bits):
                     return row + jl * d_last
-        # Next row of taps: advance the outer-axis offsets, last axis fastest.
-        a = last - 1
-        while a >= 0:
-            j[a] += 1
-            if j[a] < hi[a, o[a]]:
-                break
-            j[a] = lo[a, o[a]]
-            a -= 1
-        if a < 0:
+        if not next_in_ranges(j, o, lo, hi, last):  # next row of taps
             return best
 
 
@@ -195,14 +188,7 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
                     if want_indices:
                         indices[p, q0 + ol] = p * plane_size + reported_index(best, column_major,
                                                                        in_shape, in_strides)
-            # Next row: advance the outer output coordinates, last of them fastest.
-            a = last - 1
-            while a >= 0:
-                o[a] += 1
-                if o[a] < out_shape[a]:
-                    break
-                o[a] = 0
-                a -= 1
+            next_in_shape(o, out_shape, last)  # next row of outputs
 
 
 # The loops below are the whole cost of a separable pass.  Each is a straight loop over a
@@ -386,10 +372,4 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                         if want_indices:
                             indices[p, q0 + ol] = -1 if best < 0 else p * plane_size + \
                                 reported_index(best, column_major, in_shape, in_strides)
-                    a = last - 1
-                    while a >= 0:
-                        o[a] += 1
-                        if o[a] < out_shape[a]:
-                            break
-                        o[a] = 0
-                        a -= 1
+                    next_in_shape(o, out_shape, last)  # next row of outputs

@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from .activation import activate
+from .odometer import next_in_ranges
 from .ordering import is_nan, order_key
 from .window_max import reported_index
 
@@ -82,15 +83,7 @@ def window_max_channels_last(x, y, indices, want_indices, first, lo, hi, in_shap
                         best[c] = offset if take else best[c]
                         best_value[c] = v if take else best_value[c]
                         settled[c] = settled[c] or nan
-                # Next tap in window order: advance the kernel offsets, last axis fastest.
-                a = last
-                while a >= 0:
-                    j[a] += 1
-                    if j[a] < hi[a, o[a]]:
-                        break
-                    j[a] = lo[a, o[a]]
-                    a -= 1
-                if a < 0:
+                if not next_in_ranges(j, o, lo, hi, rank):  # next tap in window order
                     break
             for c in range(channels):
                 y[n, q, c] = activate(best_value[c], act_code, act_params, act_table)
