@@ -1,0 +1,20 @@
+"""Shared test setup: tests/ on sys.path (for ``import oracle``) and the hypothesis profile."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+# The oracle is pure Python and numba compiles on first use: no per-example deadline.
+settings.register_profile(
+    "poolfold",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("poolfold")

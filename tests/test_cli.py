@@ -1,0 +1,212 @@
+"""The ``poolfold`` command, driven as a user would: ``python -m poolfold.cli`` in a subprocess
+(and once through the installed console script)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import poolfold
+import poolfold.backend
+from poolfold import models
+
+TIMEOUT = 240
+BUNDLED_OUTPUTS = {"segmentation": (1, 2, 64, 64), "encoded": (1, 16, 16, 16)}
+
+
+def cli(*args, cwd=None, env=None):
+    return subprocess.run([sys.executable, "-m", "poolfold.cli", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=TIMEOUT)
+
+
+def assert_usage_error(result):
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("poolfold run: error:"), result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+# ------------------------------------------------------------------------------ run
+
+def test_run_bundled_model(tmp_path):
+    result = cli("run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for name, shape in BUNDLED_OUTPUTS.items():
+        line = next(line for line in out.splitlines() if name in line and "output" in line)
+        assert str(shape) in line and "float32" in line, line
+    assert "ran in" in out
+    assert "Traceback" not in result.stderr
+
+
+def test_run_output_npz_same_seed_same_arrays(tmp_path):
+    a, b, c = tmp_path / "a.npz", tmp_path / "b.npz", tmp_path / "c.npz"
+    for path, seed in ((a, 5), (b, 5), (c, 6)):
+        result = cli("run", "--seed", seed, "--output", path, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert path.exists()
+    with np.load(a) as fa, np.load(b) as fb, np.load(c) as fc:
+        assert sorted(fa.files) == sorted(BUNDLED_OUTPUTS)
+        for name, shape in BUNDLED_OUTPUTS.items():
+            assert fa[name].shape == shape and fa[name].dtype == np.float32
+            np.testing.assert_array_equal(fa[name], fb[name])
+        assert not np.array_equal(fa["segmentation"], fc["segmentation"])
+
+
+def test_run_output_equals_backend_on_given_input(tmp_path):
+    """The bundled model fed from a file: the .npz holds what poolfold.backend computes."""
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    np.save(tmp_path / "image.npy", x)
+    result = cli("run", "--input", "image=image.npy", "--output", "out.npz", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    model = onnx.load(str(models.path()))
+    want = poolfold.backend.prepare(model).run({"image": x})
+    names = [o.name for o in model.graph.output]
+    with np.load(tmp_path / "out.npz") as got:
+        assert sorted(got.files) == sorted(names)
+        for name, value in zip(names, want):
+            np.testing.assert_array_equal(got[name], value)
+
+
+def _pool_relu_unpool_model(path: Path):
+    nodes = [
+        helper.make_node("MaxPool", ["X"], ["pooled", "indices"], kernel_shape=[3, 3],
+                         strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["pooled"], ["relu"]),
+        helper.make_node("Shape", ["X"], ["shape"]),
+        helper.make_node("MaxUnpool", ["relu", "indices", "shape"], ["Y"], kernel_shape=[3, 3],
+                         strides=[2, 2], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes, "pool_relu_unpool",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3, 7, 6])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3, 7, 6]),
+         helper.make_tensor_value_info("indices", TensorProto.INT64, [2, 3, 4, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def test_run_own_model_matches_functional_api(tmp_path):
+    _pool_relu_unpool_model(tmp_path / "m.onnx")
+    x = np.random.default_rng(1).standard_normal((2, 3, 7, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    result = cli("run", "m.onnx", "--input", "X=x.npy", "--output", "o.npz", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Y" in result.stdout and "(2, 3, 7, 6)" in result.stdout
+    kw = dict(strides=[2, 2], pads=[1, 1, 1, 1])
+    pooled, indices = poolfold.max_pool(x, [3, 3], return_indices=True, **kw)
+    want = poolfold.max_unpool(np.maximum(pooled, 0), indices, [3, 3], output_shape=x.shape, **kw)
+    with np.load(tmp_path / "o.npz") as got:
+        assert sorted(got.files) == ["Y", "indices"]
+        np.testing.assert_array_equal(got["Y"], want)
+        np.testing.assert_array_equal(got["indices"], indices)
+
+
+def test_installed_console_script(tmp_path):
+    script = Path(sys.executable).parent / ("poolfold.exe" if os.name == "nt" else "poolfold")
+    if not script.exists():
+        pytest.skip("console script not installed next to this interpreter")
+    result = subprocess.run([str(script), "run", "--help"], capture_output=True, text=True,
+                            timeout=TIMEOUT, cwd=tmp_path)
+    assert result.returncode == 0
+    assert "--input" in result.stdout
+
+
+# ------------------------------------------------------------------------------ run: errors
+
+def test_error_missing_model(tmp_path):
+    assert_usage_error(cli("run", tmp_path / "absent.onnx", cwd=tmp_path))
+
+
+@pytest.mark.parametrize("content", [b"this is not an onnx model\n", bytes(range(256)) * 3,
+                                     b"\x93NUMPY garbage"], ids=["text", "binary", "npy-like"])
+def test_error_not_onnx(tmp_path, content):
+    (tmp_path / "bad.onnx").write_bytes(content)
+    assert_usage_error(cli("run", "bad.onnx", cwd=tmp_path))
+
+
+def test_error_empty_model_file(tmp_path):
+    """An empty file is no ONNX model (no graph, no opset): a bad file, not a successful run."""
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    assert_usage_error(cli("run", "empty.onnx", cwd=tmp_path))
+
+
+def test_error_unknown_input_name(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 64, 64), np.float32))
+    result = cli("run", "--input", "nope=x.npy", cwd=tmp_path)
+    assert_usage_error(result)
+    assert "nope" in result.stderr and "image" in result.stderr
+
+
+@pytest.mark.parametrize("spec", ["image", "image.npy", "=x.npy", "image="])
+def test_error_input_without_name_or_file(tmp_path, spec):
+    assert_usage_error(cli("run", "--input", spec, cwd=tmp_path))
+
+
+def test_error_missing_npy(tmp_path):
+    result = cli("run", "--input", "image=absent.npy", cwd=tmp_path)
+    assert_usage_error(result)
+    assert "absent.npy" in result.stderr
+
+
+def test_error_wrong_dtype(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 64, 64), np.float64))
+    result = cli("run", "--input", "image=x.npy", cwd=tmp_path)
+    assert_usage_error(result)
+    assert "float32" in result.stderr and "float64" in result.stderr
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 64, 63), (3, 64, 64), (2, 3, 64, 64)])
+def test_error_wrong_shape(tmp_path, shape):
+    np.save(tmp_path / "x.npy", np.zeros(shape, np.float32))
+    result = cli("run", "--input", "image=x.npy", cwd=tmp_path)
+    assert_usage_error(result)
+    assert "shape" in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["text", "npz", "pickle"])
+def test_error_not_an_array_file(tmp_path, kind):
+    path = tmp_path / "x.npy"
+    if kind == "text":
+        path.write_text("1 2 3\n")
+    elif kind == "npz":
+        with open(path, "wb") as f:
+            np.savez(f, image=np.zeros((1, 3, 64, 64), np.float32))
+    else:
+        np.save(path, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    assert_usage_error(cli("run", "--input", "image=x.npy", cwd=tmp_path))
+
+
+def test_run_help():
+    result = cli("run", "--help")
+    assert result.returncode == 0
+    for word in ("--input", "--output", "bundled"):
+        assert word in result.stdout, word
+
+
+# ------------------------------------------------------------------------------ other commands
+
+def test_conformance_filter_maxunpool():
+    result = cli("conformance", "--filter", "maxunpool")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "documented divergence" in result.stdout
+    assert "1 passed" in result.stdout
+    assert "0 failed" in result.stdout
+    assert "test_maxunpool_export_with_output_shape" in result.stdout
+
+
+def test_no_command_prints_usage():
+    result = cli()
+    assert result.returncode == 2
+    assert "usage" in (result.stdout + result.stderr).lower()
+    assert "Traceback" not in result.stderr

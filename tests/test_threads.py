@@ -1,0 +1,177 @@
+"""Thread safety and the POOLFOLD_NUM_THREADS setting.
+
+Calls from several Python threads at once must be safe and give the results of a single-threaded
+call; the kernel thread count (POOLFOLD_NUM_THREADS) must not change any result, and an invalid
+value warns (RuntimeWarning) and is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import poolfold
+
+THREADS = 4
+ROUNDS = 10
+
+
+def _inputs():
+    rng = np.random.default_rng(42)
+    x = rng.standard_normal((2, 4, 17, 15)).astype(np.float32)
+    x[0, 1, 3:6, 3:6] = 1.5  # ties
+    x[1, 2, 7, 7] = np.nan
+    y, i = poolfold.max_pool(x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1], return_indices=True)
+    # duplicates (overlapping windows share maxima): the last in row-major order must win
+    dup = np.concatenate([i[:, :, :1], i[:, :, :-1]], axis=2)
+    cols = rng.standard_normal((2, 3 * 6, 7 * 3)).astype(np.float32)
+    x_nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    return dict(x=x, y=y, i=i, dup=dup, cols=cols, x_nhwc=x_nhwc, shape=x.shape)
+
+
+def _compute(d):
+    pooled, indices = poolfold.max_pool(d["x"], [3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                        return_indices=True)
+    so = poolfold.max_pool(d["x"], [2, 3], dilations=[2, 1], storage_order=1,
+                           return_indices=True)[1]
+    unpooled = poolfold.max_unpool(d["y"], d["i"], [3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                   output_shape=d["shape"])
+    duplicates = poolfold.max_unpool(np.arange(d["y"].size, dtype=np.float64)
+                                     .reshape(d["y"].shape), d["dup"], [3, 3], strides=[2, 2],
+                                     pads=[1, 1, 1, 1], output_shape=d["shape"])
+    folded = poolfold.col2im(d["cols"], [8, 5], [2, 3], dilations=[1, 1], strides=[1, 1])
+    nhwc_y, nhwc_i = poolfold.nhwc.max_pool(d["x_nhwc"], [3, 3], strides=[2, 2],
+                                            return_indices=True, activation="LeakyRelu",
+                                            activation_params=[0.5])
+    return dict(pooled=pooled, indices=indices, so=so, unpooled=unpooled,
+                duplicates=duplicates, folded=folded, nhwc_y=nhwc_y, nhwc_i=nhwc_i)
+
+
+def _assert_same(got, want):
+    assert got.keys() == want.keys()
+    for key in want:
+        g, w = got[key], want[key]
+        assert g.dtype == w.dtype and g.shape == w.shape, key
+        assert np.array_equal(g.view(np.uint8), w.view(np.uint8)), key  # bit for bit, NaN too
+
+
+def test_concurrent_calls_give_single_threaded_results():
+    d = _inputs()
+    reference = _compute(d)
+    barrier = threading.Barrier(THREADS)
+
+    def worker(_):
+        barrier.wait(timeout=60)
+        return [_compute(d) for _ in range(ROUNDS)]
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        results = list(pool.map(worker, range(THREADS)))
+    assert len(results) == THREADS
+    for rounds in results:
+        assert len(rounds) == ROUNDS
+        for result in rounds:
+            _assert_same(result, reference)
+
+
+def test_concurrent_calls_with_different_shapes():
+    """Different geometries at once (separate cached plans, different kernels)."""
+    rng = np.random.default_rng(1)
+    cases = [(rng.standard_normal((1, 3, 9 + k, 11)).astype(np.float32), [2 + k % 2, 2], k)
+             for k in range(THREADS)]
+    expected = [poolfold.max_pool(x, kernel, strides=[1 + k % 2, 1], return_indices=True)
+                for x, kernel, k in cases]
+    barrier = threading.Barrier(THREADS)
+
+    def worker(index):
+        x, kernel, k = cases[index]
+        barrier.wait(timeout=60)
+        return [poolfold.max_pool(x, kernel, strides=[1 + k % 2, 1], return_indices=True)
+                for _ in range(ROUNDS)]
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        results = list(pool.map(worker, range(THREADS)))
+    for (want_y, want_i), rounds in zip(expected, results):
+        for y, i in rounds:
+            np.testing.assert_array_equal(y, want_y)
+            np.testing.assert_array_equal(i, want_i)
+
+
+# ------------------------------------------------------------------------------ POOLFOLD_NUM_THREADS
+
+SCRIPT = r"""
+import json, sys, warnings
+import numpy as np
+sys.path.insert(0, {tests!r})
+import test_threads
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    result = test_threads._compute(test_threads._inputs())
+np.savez(sys.argv[1], **result)
+print(json.dumps([[w.category.__name__, str(w.message)] for w in caught
+                  if "POOLFOLD_NUM_THREADS" in str(w.message)]))
+"""
+
+
+def _run_script(tmp_path, name, value):
+    env = dict(os.environ)
+    env.pop("POOLFOLD_NUM_THREADS", None)
+    if value is not None:
+        env["POOLFOLD_NUM_THREADS"] = value
+    out = tmp_path / f"{name}.npz"
+    script = SCRIPT.format(tests=os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True,
+                            text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    warned = json.loads(result.stdout.strip().splitlines()[-1])
+    with np.load(out) as f:
+        return {k: f[k] for k in f.files}, warned
+
+
+def test_num_threads_setting_does_not_change_results(tmp_path):
+    default, warned_default = _run_script(tmp_path, "default", None)
+    one, warned_one = _run_script(tmp_path, "one", "1")
+    assert warned_default == [] and warned_one == []
+    _assert_same(one, default)
+    _assert_same(default, _compute(_inputs()))  # and the same as in this process
+
+
+def test_invalid_num_threads_warns_and_still_works(tmp_path):
+    default, _ = _run_script(tmp_path, "default", None)
+    bad, warned = _run_script(tmp_path, "bad", "abc")
+    assert warned, "no warning for POOLFOLD_NUM_THREADS='abc'"
+    assert all(category == "RuntimeWarning" for category, _ in warned)
+    assert "abc" in warned[0][1]
+    _assert_same(bad, default)
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
+def test_invalid_num_threads_in_process(monkeypatch, value):
+    x = np.random.default_rng(3).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    monkeypatch.delenv("POOLFOLD_NUM_THREADS", raising=False)
+    want = poolfold.max_pool(x, [2, 2], return_indices=True)
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", value)
+    with pytest.warns(RuntimeWarning, match="POOLFOLD_NUM_THREADS"):
+        got = poolfold.max_pool(x, [2, 2], return_indices=True)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("value", ["1", "2", "64"])
+def test_valid_num_threads_in_process(monkeypatch, value):
+    x = np.random.default_rng(4).standard_normal((2, 3, 9, 8)).astype(np.float32)
+    monkeypatch.delenv("POOLFOLD_NUM_THREADS", raising=False)
+    want = poolfold.max_pool(x, [3, 2], strides=[2, 1], return_indices=True)
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", value)  # 64: capped at numba's pool size
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        got = poolfold.max_pool(x, [3, 2], strides=[2, 1], return_indices=True)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
