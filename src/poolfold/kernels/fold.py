@@ -39,6 +39,14 @@ def _add_into(acc, i, v, table):
     return add
 
 
+@njit(cache=True, nogil=True)
+def _add_run(acc, values, table):
+    """``acc[i] += values[i]`` (in the accumulation rule of the types) along a run of taps;
+    both are views sliced to line up, which lets LLVM vectorise the contiguous case."""
+    for i in range(values.size):
+        add_into(acc, i, values[i], table)
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def fold(x, out, table, first, lo, hi, image_shape, block_shape, grid_shape, dilations):
     """``out[p, position(l, k)] += x[p, k, l]`` for every in-image tap; ``out`` is overwritten.
@@ -70,7 +78,7 @@ def fold(x, out, table, first, lo, hi, image_shape, block_shape, grid_shape, dil
                 if lo[a, g] <= k < hi[a, g]:
                     g_lo[a, k] = min(g_lo[a, k], g)
                     g_hi[a, k] = g + 1
-    step_last = first[last, 1] - first[last, 0] if grid_shape[last] > 1 else 0  # the stride
+    step_last = first[last, 1] - first[last, 0] if grid_shape[last] > 1 else 1  # the stride
     for p in prange(planes):
         acc = out[p]
         acc[:] = 0
@@ -92,8 +100,15 @@ def fold(x, out, table, first, lo, hi, image_shape, block_shape, grid_shape, dil
                     row += (first[a, g[a]] + k_at[a] * dilations[a]) * image_strides[a]
                     block_row += g[a] * grid_strides[a]
                 row += k_at[last] * dilations[last] + first[last, 0]
-                for gl in range(g_lo[last, k_at[last]], g_hi[last, k_at[last]]):
-                    add_into(acc, row + gl * step_last, xp[k, block_row + gl], table)
+                g0 = g_lo[last, k_at[last]]
+                n = g_hi[last, k_at[last]] - g0
+                start = row + g0 * step_last
+                blocks_run = xp[k, block_row + g0:block_row + g0 + n]
+                if step_last == 1:  # contiguous on both sides: the loop vectorises
+                    _add_run(acc[start:start + n], blocks_run, table)
+                else:
+                    _add_run(acc[start:start + (n - 1) * step_last + 1:step_last], blocks_run,
+                             table)
                 # Next row of blocks along the outer axes.
                 empty = not next_in_ranges(g, k_at, g_lo, g_hi, last)
             next_in_shape(k_at, block_shape, rank)  # next block offset
