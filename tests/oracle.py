@@ -100,8 +100,26 @@ def _max_pool_geometry(n, k, s, d, pb, pe, auto_pad, ceil_mode):
         begin = 0
     else:
         raise AssertionError(f"unknown auto_pad {auto_pad!r}")
-    assert out >= 1, f"no window fits (out = {out})"
     return out, begin
+
+
+def max_pool_geometry(spatial, kernel, strides=None, pads=None, dilations=None,
+                      auto_pad="NOTSET", ceil_mode=False):
+    """(out_shape, pad_begins) of MaxPool over ``spatial``, or None when on some axis no
+    window fits (out < 1)."""
+    r = len(spatial)
+    stride = _ints(strides, 1, r, "strides")
+    dilation = _ints(dilations, 1, r, "dilations")
+    pad = _ints(pads, 0, 2 * r, "pads")
+    outs, begins = [], []
+    for i in range(r):
+        out, begin = _max_pool_geometry(int(spatial[i]), int(kernel[i]), stride[i], dilation[i],
+                                        pad[i], pad[r + i], auto_pad, bool(ceil_mode))
+        if out < 1:
+            return None
+        outs.append(out)
+        begins.append(begin)
+    return tuple(outs), tuple(begins)
 
 
 def max_pool(x, kernel_shape, strides=None, pads=None, dilations=None,
@@ -129,6 +147,7 @@ def max_pool(x, kernel_shape, strides=None, pads=None, dilations=None,
     for i in range(r):
         o, b = _max_pool_geometry(D[i], kernel[i], stride[i], dilation[i],
                                   pad[i], pad[r + i], auto_pad, bool(ceil_mode))
+        assert o >= 1, f"no window fits (out = {o})"
         out_shape.append(o)
         pad_begin.append(b)
 

@@ -101,30 +101,9 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def expected_geometry(spatial, kernel, strides, pads, dilations, auto_pad, ceil_mode):
-    """(out_shape, pad_begins) per SEMANTICS.md, or None when no window fits."""
-    r = len(spatial)
-    outs, begins = [], []
-    for i in range(r):
-        n, k, s, d = spatial[i], kernel[i], strides[i], dilations[i]
-        K = (k - 1) * d + 1
-        if auto_pad == "NOTSET":
-            pb, pe = pads[i], pads[r + i]
-            if ceil_mode:
-                out = ceil_div(n + pb + pe - K, s) + 1
-                if (out - 1) * s >= n + pb:
-                    out -= 1
-            else:
-                out = (n + pb + pe - K) // s + 1
-        elif auto_pad == "VALID":
-            pb, out = 0, (n - K) // s + 1
-        else:
-            pb, _ = same_pads(n, k, s, d, auto_pad)
-            out = ceil_div(n, s)
-        if out < 1:
-            return None
-        outs.append(out)
-        begins.append(pb)
-    return tuple(outs), tuple(begins)
+    """(out_shape, pad_begins) per SEMANTICS.md, or None when no window fits: the oracle's."""
+    return oracle.max_pool_geometry(spatial, kernel, strides, pads, dilations, auto_pad,
+                                    ceil_mode)
 
 
 def same_pads(n: int, k: int, s: int, d: int, auto_pad: str) -> tuple[int, int]:

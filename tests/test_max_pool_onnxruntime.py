@@ -25,6 +25,7 @@ from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import oracle
 import poolfold
 
 onnx = pytest.importorskip("onnx")
@@ -52,52 +53,16 @@ def run_ort(x: np.ndarray, attrs: dict, opset: int, with_indices: bool):
     return session.run(None, {"x": x})
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def fits(spatial, kernel, strides, pads, dilations, auto_pad, ceil_mode) -> bool:
-    r = len(spatial)
-    for i in range(r):
-        n, s = spatial[i], strides[i]
-        K = (kernel[i] - 1) * dilations[i] + 1
-        if auto_pad == "VALID":
-            out = (n - K) // s + 1
-        elif auto_pad.startswith("SAME"):
-            out = ceil_div(n, s)
-        else:
-            pb, pe = pads[i], pads[r + i]
-            if ceil_mode:
-                out = ceil_div(n + pb + pe - K, s) + 1
-                if (out - 1) * s >= n + pb:
-                    out -= 1
-            else:
-                out = (n + pb + pe - K) // s + 1
-        if out < 1:
-            return False
-    return True
+    return oracle.max_pool_geometry(spatial, kernel, strides, pads, dilations, auto_pad,
+                                    ceil_mode) is not None
 
 
 def has_empty_window(spatial, kernel, strides, pads, dilations, auto_pad, ceil_mode) -> bool:
     """Whether some window has every tap in the padding (on some axis, no tap inside)."""
-    r = len(spatial)
-    for i in range(r):
-        n, k, s, d = spatial[i], kernel[i], strides[i], dilations[i]
-        K = (k - 1) * d + 1
-        if auto_pad == "VALID":
-            pb, out = 0, (n - K) // s + 1
-        elif auto_pad.startswith("SAME"):
-            out = ceil_div(n, s)
-            total = max(0, (out - 1) * s + K - n)
-            pb = total // 2 if auto_pad == "SAME_UPPER" else ceil_div(total, 2)
-        else:
-            pb, pe = pads[i], pads[r + i]
-            if ceil_mode:
-                out = ceil_div(n + pb + pe - K, s) + 1
-                if (out - 1) * s >= n + pb:
-                    out -= 1
-            else:
-                out = (n + pb + pe - K) // s + 1
+    outs, begins = oracle.max_pool_geometry(spatial, kernel, strides, pads, dilations, auto_pad,
+                                            ceil_mode)
+    for n, k, s, d, out, pb in zip(spatial, kernel, strides, dilations, outs, begins):
         for o in range(out):
             if not any(0 <= o * s - pb + j * d < n for j in range(k)):
                 return True
@@ -129,7 +94,7 @@ def ort_cases(draw, dtype):
     # ORT yields -FLT_MAX, not -inf, for a window of padding only
     assume(not has_empty_window(spatial, kernel, strides, pads, dilations, auto_pad, ceil_mode))
     if auto_pad.startswith("SAME"):  # ORT refuses a negative total pad (clipped to 0 here)
-        assume(all((ceil_div(n, s) - 1) * s + k - n >= 0
+        assume(all((-(-n // s) - 1) * s + k - n >= 0
                    for n, k, s in zip(spatial, kernel, strides)))
     n = draw(st.integers(1, 2))
     c = draw(st.integers(1, 3))
