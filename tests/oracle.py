@@ -1,4 +1,4 @@
-"""Test oracle for poolfold, written from /work/shared/SEMANTICS.md alone.
+"""Test oracle for poolfold, written from docs/semantics.md alone.
 
 This module is deliberately slow and simple: every output element is computed
 by plain Python loops (``itertools.product`` over output positions and kernel
@@ -72,7 +72,7 @@ def _ceil_div(a, b):
 
 
 def _max_pool_geometry(n, k, s, d, pb, pe, auto_pad, ceil_mode):
-    """(out, pad_begin) for one spatial axis, as SEMANTICS.md 'MaxPool' says."""
+    """(out, pad_begin) for one spatial axis, as docs/semantics.md 'MaxPool' says."""
     assert n >= 1 and k >= 1 and s >= 1 and d >= 1
     K = (k - 1) * d + 1  # effective kernel
     if auto_pad == "NOTSET":

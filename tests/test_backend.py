@@ -26,7 +26,7 @@ import poolfold.backend
 import poolfold.reference
 
 INCLUDE = r"(test_maxpool|test_maxunpool|test_col2im|test_MaxPool|test_operator_maxpool).*"
-# Documented divergence (README.md, "Divergences"; SEMANTICS.md "MaxUnpool"): this test reads
+# Documented divergence (README.md, "Divergences"; docs/semantics.md "MaxUnpool"): this test reads
 # MaxUnpool's I in the shape inferred from kernel/strides/pads, pasted at the origin of the
 # larger output; poolfold reads I as flat positions of the output tensor, like onnxruntime and
 # PyTorch (onnxruntime excludes it too, onnx/onnx#2398).  It is checked below, with and without
@@ -338,7 +338,7 @@ def test_reference_ops_max_pool_int8_and_bfloat16():
 @pytest.mark.parametrize("attrs", [dict(storage_order=1), dict(auto_pad="SAME_LOWER",
                                                                 strides=[2, 2])])
 def test_reference_ops_replace_the_evaluators_own(attrs):
-    """Where the evaluator's own MaxPool is wrong (SEMANTICS.md: SAME_LOWER; plane offset with
+    """Where the evaluator's own MaxPool is wrong (docs/semantics.md: SAME_LOWER; plane offset with
     storage_order 1), the plugged-in ops give the oracle's answer."""
     x = np.random.default_rng(10).standard_normal((1, 2, 5, 5)).astype(np.float32)
     model = _max_pool_model(12, TensorProto.FLOAT, attrs)

@@ -1,6 +1,6 @@
 """poolfold.col2im against the slow oracle (tests/oracle.py), bit for bit, for every type
 (numbers, bool, complex, strings), spatial ranks 1-4, with strides, pads and dilations, plus
-hand-checked accumulation rules and the error cases of /work/shared/SEMANTICS.md.
+hand-checked accumulation rules and the error cases of the project semantics (docs/semantics.md).
 
 Floating-point sums are compared bit for bit except inside NaNs: IEEE 754 does not say which
 payload a sum of NaNs carries, so there only "both are NaN" is required.

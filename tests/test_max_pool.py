@@ -92,7 +92,7 @@ def assert_same_indices(got: np.ndarray, want: np.ndarray) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# geometry, written from SEMANTICS.md (independent of poolfold and of the oracle's code)
+# geometry, written from docs/semantics.md (independent of poolfold and of the oracle's code)
 # --------------------------------------------------------------------------------------------
 
 
@@ -101,13 +101,13 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def expected_geometry(spatial, kernel, strides, pads, dilations, auto_pad, ceil_mode):
-    """(out_shape, pad_begins) per SEMANTICS.md, or None when no window fits: the oracle's."""
+    """(out_shape, pad_begins) per docs/semantics.md, or None when no window fits: the oracle's."""
     return oracle.max_pool_geometry(spatial, kernel, strides, pads, dilations, auto_pad,
                                     ceil_mode)
 
 
 def same_pads(n: int, k: int, s: int, d: int, auto_pad: str) -> tuple[int, int]:
-    """(begin, end) pads of SAME_UPPER / SAME_LOWER, SEMANTICS.md's formula."""
+    """(begin, end) pads of SAME_UPPER / SAME_LOWER, docs/semantics.md's formula."""
     K = (k - 1) * d + 1
     out = ceil_div(n, s)
     total = max(0, (out - 1) * s + K - n)
@@ -620,7 +620,7 @@ def draw_version(data, minimum=1):
 @settings(max_examples=200)
 @given(data=st.data())
 def test_same_equals_explicit_pads(data):
-    """SAME_UPPER / SAME_LOWER give what explicit pads from SEMANTICS.md's formula give,
+    """SAME_UPPER / SAME_LOWER give what explicit pads from docs/semantics.md's formula give,
     and ceil_mode changes nothing with auto_pad."""
     case = data.draw(pool_cases(auto_pads=("SAME_UPPER", "SAME_LOWER", "VALID"), budget=BIG))
     r = case.x.ndim - 2

@@ -1,4 +1,4 @@
-"""poolfold.max_pool against onnxruntime, only where SEMANTICS.md says ORT is right.
+"""poolfold.max_pool against onnxruntime, only where docs/semantics.md says ORT is right.
 
 That is: float32 and float16, spatial ranks 1-3, pads smaller than the kernel (ORT refuses
 larger ones), no SAME_UPPER / SAME_LOWER together with a dilation (ORT gets those wrong), and
@@ -6,14 +6,14 @@ no NaN (ORT's result depends on where the NaN sits).  Values are small integers,
 many ties; none is -0.0 (ORT's vectorised Y-only path may pick either zero).  Y is compared
 bit for bit and Indices exactly.
 
-Three more places where ORT 1.31 departs from SEMANTICS.md, found while writing this file and
+Three more places where ORT 1.31 departs from docs/semantics.md, found while writing this file and
 left out of the comparison:
-  * SAME_UPPER / SAME_LOWER where the stride outruns the kernel, so that SEMANTICS.md's
+  * SAME_UPPER / SAME_LOWER where the stride outruns the kernel, so that docs/semantics.md's
     ``total = max(0, (out-1)*s + K - n)`` clips a negative total: ORT computes negative pads
     and refuses to run ("padding values must be non-negative");
   * windows made only of padding (possible with a dilation even when pads < kernel): ORT's
-    float32 kernel yields the lowest finite float (-3.4028235e38), SEMANTICS.md says -inf;
-  * ceil_mode with auto_pad VALID: ORT rounds VALID's output size up, SEMANTICS.md says
+    float32 kernel yields the lowest finite float (-3.4028235e38), docs/semantics.md says -inf;
+  * ceil_mode with auto_pad VALID: ORT rounds VALID's output size up, docs/semantics.md says
     ceil_mode has no effect with any auto_pad (so ceil_mode is drawn only with NOTSET).
 """
 
@@ -87,7 +87,7 @@ def ort_cases(draw, dtype):
         pads = draw(st.tuples(*[st.integers(0, k - 1) for k in kernel * 2]).map(list))
     else:
         pads = [0] * (2 * r)
-    # ceil_mode is ignored with auto_pad (SEMANTICS.md); ORT applies it to VALID
+    # ceil_mode is ignored with auto_pad (docs/semantics.md); ORT applies it to VALID
     ceil_mode = draw(st.integers(0, 1)) if auto_pad == "NOTSET" else 0
     storage_order = draw(st.integers(0, 1))
     assume(fits(spatial, kernel, strides, pads, dilations, auto_pad, ceil_mode))

@@ -1,5 +1,5 @@
 """poolfold.max_unpool against the slow oracle (tests/oracle.py), bit for bit, plus the round
-trip through max_pool, the spec page's examples and the error cases of /work/shared/SEMANTICS.md.
+trip through max_pool, the spec page's examples and the error cases of docs/semantics.md.
 
 Float tensors are drawn as raw bit patterns (every NaN payload, -0.0, subnormals, infinities),
 so "bit for bit" really means it: MaxUnpool only moves elements, it never computes with them.
@@ -334,7 +334,7 @@ PAGE_WITH_OUTPUT_SHAPE_Y = np.array(
 
 @pytest.mark.parametrize("output_shape", [(1, 1, 5, 5), np.array((1, 1, 5, 5), np.int64)])
 def test_page_example_with_output_shape_default_reads_indices_in_the_output(output_shape):
-    """SEMANTICS.md: I holds flat positions of the 5x5 output: 5 -> (1, 0), 7 -> (1, 2),
+    """docs/semantics.md: I holds flat positions of the 5x5 output: 5 -> (1, 0), 7 -> (1, 2),
     13 -> (2, 3), 15 -> (3, 0).  This is *not* the page's drawing (a documented divergence)."""
     xT = np.array([[[[5, 6], [7, 8]]]], dtype=np.float32)
     y = poolfold.max_unpool(xT, PAGE_XI, [2, 2], strides=[2, 2], output_shape=output_shape)
@@ -437,7 +437,7 @@ def test_round_trip_sizes_where_the_inferred_shape_differs(dtype, size):
 
 
 def test_output_shape_ignores_pads_round_trip():
-    """SEMANTICS.md: with output_shape "the pads attribute is ignored", so pads that would make
+    """docs/semantics.md: with output_shape "the pads attribute is ignored", so pads that would make
     the inferred size < 1 must not matter.  MaxPool of a length-2 x with kernel 2, stride 3,
     pads 1+1 has one window, over (padding, x[0]), so Y = x[0]; the shape inferred from those pads is
     (1-1)*3 + 2 - 1 - 1 = 0, but output_shape = x.shape is given."""

@@ -1,6 +1,6 @@
 """poolfold.nhwc (com.ms.internal.nhwc MaxPool 1/8/10/11/12 and MaxUnpool 9/11) against the oracle.
 
-The contract (SEMANTICS.md, docs/semantics.md): the nhwc op on a channels-last tensor equals the
+The contract (docs/semantics.md, docs/semantics.md): the nhwc op on a channels-last tensor equals the
 ai.onnx op on its NCHW transpose, followed by the activation; MaxPool's Indices and MaxUnpool's I
 and output_shape stay channels-first.  The activation is computed in float64 from Y's value and
 rounded once to Y's type; NaN passes through.  So the expected result here is

@@ -2,8 +2,8 @@
 
 Three kinds of checks:
   * every spec-page example with a written-out answer (MaxPool, MaxUnpool, Col2Im);
-  * hand-computed cases for the subtle rules of /work/shared/SEMANTICS.md;
-  * differential checks against onnxruntime, only where SEMANTICS.md says ORT is right.
+  * hand-computed cases for the subtle rules of docs/semantics.md;
+  * differential checks against onnxruntime, only where docs/semantics.md says ORT is right.
 Nothing here imports poolfold.
 """
 
@@ -226,7 +226,7 @@ def test_spec_maxunpool_without_output_shape():
 
 
 def test_spec_maxunpool_with_output_shape_follows_semantics():
-    # Documented divergence (SEMANTICS.md, MaxUnpool): the page's example reads I
+    # Documented divergence (docs/semantics.md, MaxUnpool): the page's example reads I
     # relative to the 4x4 shape inferred from kernel/strides and pastes that block at
     # the origin of the 5x5 output, giving 5,6,7,8 at (1,1),(1,3),(3,1),(3,3).
     # poolfold's contract (and ORT/PyTorch) reads I as flat positions in the 5x5
@@ -308,7 +308,7 @@ def test_spec_col2im_pads():
            [98.0, 156.0, 159.0, 162.0, 114.0],
            [128.0, 201.0, 204.0, 207.0, 144.0]]]]
     ).astype(F32)
-    # The page's output disagrees with its own input at (0, 4); SEMANTICS.md wins.
+    # The page's output disagrees with its own input at (0, 4); docs/semantics.md wins.
     # nblk = [5, 3], pads begin (0, 1): out[h, w] += in[k, 3*h + lw] with w = lw - 1 + k.
     # (0, 4) receives (lw=1, k=4) -> in[4, 1] = 10 and (lw=2, k=3) -> in[3, 2] = 14,
     # so 24 (upstream onnx's page says 24 too); the same pattern in row 1 gives
@@ -695,7 +695,7 @@ def test_col2im_negative_zero_sum_starts_from_zero():
 
 
 # ==========================================================================
-# Differential checks against onnxruntime (only where SEMANTICS.md says ORT is right)
+# Differential checks against onnxruntime (only where docs/semantics.md says ORT is right)
 # ==========================================================================
 
 def make_node(*args, **kwargs):

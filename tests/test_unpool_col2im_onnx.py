@@ -1,6 +1,6 @@
 """MaxUnpool and Col2Im against onnx and onnxruntime.
 
-(a) Differential tests against onnxruntime (CPU), only where /work/shared/SEMANTICS.md says it
+(a) Differential tests against onnxruntime (CPU), only where docs/semantics.md says it
     is right:
     * MaxUnpool, float32 and float16, spatial ranks 1-3, with I produced by a MaxPool (the
       oracle's) so that it is valid, with and without output_shape.  ORT refuses pads >= the
@@ -100,7 +100,7 @@ def test_max_unpool_with_output_shape_matches_onnxruntime(case, opset, use_pads)
     x, y, ind, kernel, strides, pads = case
     # ORT (and poolfold, see test_max_unpool.test_output_shape_ignores_pads) refuse an
     # inferred size < 1 even with output_shape; ORT also refuses an output_shape smaller than
-    # the inferred shape ("output_shape is smaller than minimum required"), which SEMANTICS.md
+    # the inferred shape ("output_shape is smaller than minimum required"), which docs/semantics.md
     # allows (test_max_unpool covers it against the oracle)
     inferred = inferred_spatial(y.shape, kernel, strides, pads if use_pads else [0] * len(pads))
     assume(min(inferred) >= 1)
@@ -138,7 +138,7 @@ def test_max_unpool_without_output_shape_matches_onnxruntime(case, opset):
 
 
 def test_max_unpool_page_example_with_output_shape_matches_onnxruntime():
-    """ORT reads I in the output shape, as SEMANTICS.md (and poolfold's default) do."""
+    """ORT reads I in the output shape, as docs/semantics.md (and poolfold's default) do."""
     xT = np.array([[[[5, 6], [7, 8]]]], dtype=np.float32)
     xI = np.array([[[[5, 7], [13, 15]]]], dtype=np.int64)
     output_shape = np.array((1, 1, 5, 5), np.int64)
@@ -227,7 +227,7 @@ def test_col2im_1d_matches_onnxruntime(case):
 @pytest.mark.parametrize(
     "channels, image, block, dilations",
     [
-        (2, [5, 4, 4], [2, 2, 2], [2, 1, 1]),  # C > 1 and a dilation (SEMANTICS.md says so)
+        (2, [5, 4, 4], [2, 2, 2], [2, 1, 1]),  # C > 1 and a dilation (docs/semantics.md says so)
         (1, [2, 1, 3], [2, 1, 2], [1, 1, 2]),  # ... but C = 1 is wrong too in ORT 1.31
         (1, [3, 4, 2], [2, 2, 1], [1, 2, 1]),
     ],
@@ -243,7 +243,7 @@ def test_ort_nd_col2im_known_wrong(channels, image, block, dilations):
                          {"dilations": dilations}, 18)
     # documents the ORT bug this file steers around (not a requirement on ORT)
     if np.array_equal(ort_result, got):
-        warnings.warn(f"onnxruntime's N-D Col2Im now agrees with SEMANTICS.md for C={channels}, "
+        warnings.warn(f"onnxruntime's N-D Col2Im now agrees with docs/semantics.md for C={channels}, "
                       f"dilations {dilations}: test_col2im_3d_matches_onnxruntime's "
                       "restriction could be relaxed")
 
@@ -351,7 +351,7 @@ def test_onnx_maxunpool_node_test(case):
 
 
 def test_onnx_maxunpool_with_output_shape_differs_by_default():
-    """Without inferred_shape_indices, poolfold follows SEMANTICS.md (I = positions in the
+    """Without inferred_shape_indices, poolfold follows docs/semantics.md (I = positions in the
     5x5 output, as ORT and PyTorch read it), which is not the node test's expected output."""
     (case,) = [c for c in MAXUNPOOL_CASES if c.name == "test_maxunpool_export_with_output_shape"]
     for got, expected in _run_maxunpool_case(case):

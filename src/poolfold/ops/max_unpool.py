@@ -132,7 +132,7 @@ def resolve_indices(spec, shape, dtype, indices, kernel_shape, strides, pads, ou
     attributes = WindowAttributes.validate(spec.label, len(spatial), kernel_shape, strides, None, pads)
     if output_shape is None:
         return indices, tuple(shape[:2]) + unpooled_shape(spec.label, spatial, attributes)
-    # With output_shape the pads are ignored (SEMANTICS.md), so the inferred shape is needed,
+    # With output_shape the pads are ignored (docs/semantics.md), so the inferred shape is needed,
     # and must be valid, only to read indices in it.
     out_shape = _output_shape(spec, shape, output_shape)
     check_size(spec.label, "output", out_shape, dtype)
