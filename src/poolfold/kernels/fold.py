@@ -79,6 +79,13 @@ def fold(x, out, table, first, lo, hi, image_shape, block_shape, grid_shape, dil
                     g_lo[a, k] = min(g_lo[a, k], g)
                     g_hi[a, k] = g + 1
     step_last = first[last, 1] - first[last, 0] if grid_shape[last] > 1 else 1  # the stride
+    # When a run covers a whole grid row and the next grid row lands on the next image row
+    # with the same spacing in both, consecutive rows join into one longer run: rows of a few
+    # dozen blocks are shorter than the vectorised loop's body.
+    rows_join = False
+    if rank > 1 and step_last == 1 and grid_shape[last] == image_shape[last]:
+        step_outer = first[last - 1, 1] - first[last - 1, 0] if grid_shape[last - 1] > 1 else 1
+        rows_join = step_outer * image_strides[last - 1] == grid_strides[last - 1]
     for p in prange(planes):
         acc = out[p]
         acc[:] = 0
@@ -102,6 +109,10 @@ def fold(x, out, table, first, lo, hi, image_shape, block_shape, grid_shape, dil
                 row += k_at[last] * dilations[last] + first[last, 0]
                 g0 = g_lo[last, k_at[last]]
                 n = g_hi[last, k_at[last]] - g0
+                if rows_join and n == grid_shape[last]:
+                    rows = g_hi[last - 1, k_at[last - 1]] - g[last - 1]
+                    n *= rows
+                    g[last - 1] += rows - 1  # the rows joined in are done
                 start = row + g0 * step_last
                 blocks_run = xp[k, block_row + g0:block_row + g0 + n]
                 if step_last == 1:  # contiguous on both sides: the loop vectorises
