@@ -197,13 +197,20 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
 # instead, or folding the variants into one loop with mode flags, keeps it scalar: 8x slower.
 
 @njit(cache=True, nogil=True)
+def _beats(v, held, half_inf_bits):
+    """Whether a later tap ``v`` replaces the ``held`` one: it is greater, or it is the first
+    NaN (a held NaN stays).  Bitwise, not short-circuit, logic: no branches."""
+    return (not is_nan(held, half_inf_bits)) & (
+        is_nan(v, half_inf_bits) | (order_key(v) > order_key(held)))
+
+
+@njit(cache=True, nogil=True)
 def _keep_first_max(later, held, half_inf_bits):
     """``held[i] = later[i]`` where that beats it: greater, or the first NaN."""
     for i in range(held.size):
         v = later[i]
         h = held[i]
-        take = (not is_nan(h, half_inf_bits)) & (
-            is_nan(v, half_inf_bits) | (order_key(v) > order_key(h)))
+        take = _beats(v, h, half_inf_bits)
         held[i] = v if take else h
 
 
@@ -214,8 +221,7 @@ def _first_max_of_two(earlier, later, held, half_inf_bits):
     for i in range(held.size):
         v = later[i]
         h = earlier[i]
-        take = (not is_nan(h, half_inf_bits)) & (
-            is_nan(v, half_inf_bits) | (order_key(v) > order_key(h)))
+        take = _beats(v, h, half_inf_bits)
         held[i] = v if take else h
 
 
@@ -225,8 +231,7 @@ def _keep_first_max_at(later, held, held_index, shift, half_inf_bits):
     for i in range(held.size):
         v = later[i]
         h = held[i]
-        take = (not is_nan(h, half_inf_bits)) & (
-            is_nan(v, half_inf_bits) | (order_key(v) > order_key(h)))
+        take = _beats(v, h, half_inf_bits)
         held[i] = v if take else h
         h_index = held_index[i]  # loaded before the select, or it stays scalar (8x slower)
         held_index[i] = i + shift if take else h_index
@@ -238,8 +243,7 @@ def _keep_first_max_from(later, later_index, held, held_index, half_inf_bits):
     for i in range(held.size):
         v = later[i]
         h = held[i]
-        take = (not is_nan(h, half_inf_bits)) & (
-            is_nan(v, half_inf_bits) | (order_key(v) > order_key(h)))
+        take = _beats(v, h, half_inf_bits)
         held[i] = v if take else h
         v_index = later_index[i]  # both loaded before the select, or it stays scalar
         h_index = held_index[i]
