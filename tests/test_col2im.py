@@ -296,6 +296,39 @@ def test_larger_fold_matches_oracle(dtype):
     assert_same(poolfold.col2im(x, image, block, **kwargs), expected)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16, np.int8, np.uint8, np.bool_,
+                                   np.complex64], ids=str)
+@pytest.mark.parametrize("image, block, kwargs", [
+    ([9, 11], [3, 3], dict(pads=[1, 1, 1, 1])),  # 'same' padding: runs of 10 in rows of 11
+    ([7, 12], [2, 5], dict(pads=[0, 1, 1, 3], dilations=[1, 1])),  # uneven pads
+    ([5, 6, 9], [2, 3, 3], dict(pads=[0, 1, 1, 1, 1, 1], dilations=[1, 2, 1])),
+    ([6, 8], [3, 3], dict(pads=[1, 3, 1, 3])),  # a grid wider than the image
+], ids=["same", "uneven", "3d", "wide-pads"])
+def test_joined_rows_skip_the_padding_taps(dtype, image, block, kwargs):
+    """With stride 1 on the last two axes, the runs of several grid rows are folded as one:
+    the taps that fall in the padding between them must leave no trace, even NaN, inf or an
+    integer that would wrap."""
+    rng = np.random.default_rng(11)
+    pads = kwargs["pads"]
+    rank = len(image)
+    dilations = kwargs.get("dilations", [1] * rank)
+    grid = [image[a] + pads[a] + pads[a + rank] - dilations[a] * (block[a] - 1)
+            for a in range(rank)]
+    shape = (2, 2 * math.prod(block), math.prod(grid))
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        x = rng.random(shape) < 0.3
+    elif dtype.kind in "iu":
+        x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, size=shape).astype(dtype)
+    else:
+        x = rng.standard_normal(shape).astype(dtype)
+        special = rng.random(shape)
+        x[special < 0.05] = np.nan
+        x[(special >= 0.05) & (special < 0.1)] = np.inf
+    expected = oracle.col2im(x, image, block, **kwargs)
+    assert_same(poolfold.col2im(x, image, block, **kwargs), expected)
+
+
 @pytest.mark.parametrize("shape", [(0, 4, 4), (1, 0, 4), (0, 0, 4)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16, np.int8, np.uint64, np.bool_,
                                    np.complex64, "U", "S", "O"], ids=str)

@@ -79,13 +79,17 @@ def fold(x, out, table, first, lo, hi, image_shape, block_shape, grid_shape, dil
                     g_lo[a, k] = min(g_lo[a, k], g)
                     g_hi[a, k] = g + 1
     step_last = first[last, 1] - first[last, 0] if grid_shape[last] > 1 else 1  # the stride
-    # When a run covers a whole grid row and the next grid row lands on the next image row
-    # with the same spacing in both, consecutive rows join into one longer run: rows of a few
-    # dozen blocks are shorter than the vectorised loop's body.
+    # Runs along the last axis are a few dozen blocks, shorter than the vectorised loop's
+    # body.  When consecutive grid rows land on consecutive image rows with the same spacing
+    # in both, the runs of several rows join into one: the few taps in between (those that
+    # fall in the padding of a row's ends) are added too, into image positions whose values
+    # are saved before and put back after, so every sum is exactly as if they were skipped.
     rows_join = False
-    if rank > 1 and step_last == 1 and grid_shape[last] == image_shape[last]:
+    if rank > 1 and step_last == 1:
         step_outer = first[last - 1, 1] - first[last - 1, 0] if grid_shape[last - 1] > 1 else 1
         rows_join = step_outer * image_strides[last - 1] == grid_strides[last - 1]
+    row_blocks = grid_strides[last - 1] if rank > 1 else 0  # blocks per grid row
+    saved_size = grid_shape[last - 1] * row_blocks if rows_join else 0
     for p in prange(planes):
         acc = out[p]
         acc[:] = 0
@@ -94,6 +98,7 @@ def fold(x, out, table, first, lo, hi, image_shape, block_shape, grid_shape, dil
         g = np.zeros(rank, np.int64)  # grid coordinate, outer axes
         # Block offset outer, blocks inner: each row of xp is read once, contiguously (the
         # order onnxruntime and PyTorch sum in, so float results agree with theirs bit for bit).
+        saved = np.empty(saved_size, acc.dtype)
         for k in range(size):
             empty = False
             for a in range(rank):
@@ -109,17 +114,26 @@ def fold(x, out, table, first, lo, hi, image_shape, block_shape, grid_shape, dil
                 row += k_at[last] * dilations[last] + first[last, 0]
                 g0 = g_lo[last, k_at[last]]
                 n = g_hi[last, k_at[last]] - g0
-                if rows_join and n == grid_shape[last]:
-                    rows = g_hi[last - 1, k_at[last - 1]] - g[last - 1]
-                    n *= rows
-                    g[last - 1] += rows - 1  # the rows joined in are done
                 start = row + g0 * step_last
-                blocks_run = xp[k, block_row + g0:block_row + g0 + n]
-                if step_last == 1:  # contiguous on both sides: the loop vectorises
-                    _add_run(acc[start:start + n], blocks_run, table)
-                else:
-                    _add_run(acc[start:start + (n - 1) * step_last + 1:step_last], blocks_run,
+                gap = row_blocks - n  # taps skipped between the runs of two rows
+                rows = g_hi[last - 1, k_at[last - 1]] - g[last - 1] if rows_join else 1
+                if rows > 1 and gap <= n:  # join, when the extra taps cost less than they save
+                    for r in range(1, rows):
+                        for i in range(gap):
+                            saved[(r - 1) * gap + i] = acc[start + r * row_blocks - gap + i]
+                    span = (rows - 1) * row_blocks + n
+                    _add_run(acc[start:start + span],
+                             xp[k, block_row + g0:block_row + g0 + span], table)
+                    for r in range(1, rows):
+                        for i in range(gap):
+                            acc[start + r * row_blocks - gap + i] = saved[(r - 1) * gap + i]
+                    g[last - 1] += rows - 1  # the rows joined in are done
+                elif step_last == 1:  # contiguous on both sides: the loop vectorises
+                    _add_run(acc[start:start + n], xp[k, block_row + g0:block_row + g0 + n],
                              table)
+                else:
+                    _add_run(acc[start:start + (n - 1) * step_last + 1:step_last],
+                             xp[k, block_row + g0:block_row + g0 + n], table)
                 # Next row of blocks along the outer axes.
                 empty = not next_in_ranges(g, k_at, g_lo, g_hi, last)
             next_in_shape(k_at, block_shape, rank)  # next block offset
