@@ -226,6 +226,17 @@ def _first_max_of_two(earlier, later, held, half_inf_bits):
 
 
 @njit(cache=True, nogil=True)
+def _first_max_of_three(earlier, middle, later, held, half_inf_bits):
+    """:func:`_first_max_of_two` over three taps in one sweep (the common 3-wide kernel)."""
+    for i in range(held.size):
+        h = earlier[i]
+        v = middle[i]
+        h = v if _beats(v, h, half_inf_bits) else h
+        v = later[i]
+        held[i] = v if _beats(v, h, half_inf_bits) else h
+
+
+@njit(cache=True, nogil=True)
 def _keep_first_max_at(later, held, held_index, shift, half_inf_bits):
     """:func:`_keep_first_max`, recording the winner's position (``i + shift``)."""
     for i in range(held.size):
@@ -251,42 +262,117 @@ def _keep_first_max_from(later, later_index, held, held_index, half_inf_bits):
 
 
 @njit(cache=True, nogil=True)
-def _rolling_pass(src, src_index, dst, dst_index, count, step, taps, first_pass, want_indices,
-                  half_inf_bits):
-    """``dst[i]`` = the first maximum (first NaN) of ``src[i + t*step]`` over taps t in
-    order, for i in [0, count); positions recorded (first pass) or carried along."""
-    if count == 0:
-        return
+def _first_max_of_two_at(earlier, later, held, held_index, shift, step, half_inf_bits):
+    """:func:`_first_max_of_two`, recording the winner's position: ``i + shift`` for the
+    earlier tap, ``i + shift + step`` for the later one."""
+    for i in range(held.size):
+        v = later[i]
+        h = earlier[i]
+        take = _beats(v, h, half_inf_bits)
+        held[i] = v if take else h
+        held_index[i] = i + shift + step if take else i + shift
+
+
+@njit(cache=True, nogil=True)
+def _first_max_of_two_from(earlier, earlier_index, later, later_index, held, held_index,
+                           half_inf_bits):
+    """:func:`_first_max_of_two`, carrying the winner's recorded position along."""
+    for i in range(held.size):
+        v = later[i]
+        h = earlier[i]
+        take = _beats(v, h, half_inf_bits)
+        held[i] = v if take else h
+        v_index = later_index[i]  # both loaded before the select, or it stays scalar
+        h_index = earlier_index[i]
+        held_index[i] = v_index if take else h_index
+
+
+@njit(cache=True, nogil=True)
+def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, want_indices,
+                    record, half_inf_bits):
+    """``dst[:count]`` = the first maximum (first NaN) of ``src[start + t*step:][:count]``
+    over taps t in order; with ``want_indices`` their positions too, recorded as ``record``
+    plus the offset in ``src`` (``record`` >= 0) or carried along from ``src_index``."""
     held = dst[:count]
-    first_tap = src[:count]
-    fused = 1  # taps already folded into ``held``
-    if not want_indices and taps > 1:
-        # The first two taps in one sweep instead of a copy and a pass: a third less traffic
-        # for 3-tap kernels.
-        _first_max_of_two(first_tap, src[step:step + count], held, half_inf_bits)
-        fused = 2
+    first_tap = src[start:start + count]
+    if not want_indices:
+        if taps == 1:
+            held[:] = first_tap
+        elif taps == 3:
+            _first_max_of_three(first_tap, src[start + step:start + step + count],
+                                src[start + 2 * step:start + 2 * step + count], held,
+                                half_inf_bits)
+        else:
+            _first_max_of_two(first_tap, src[start + step:start + step + count], held,
+                              half_inf_bits)
+            for t in range(2, taps):
+                shift = start + t * step
+                _keep_first_max(src[shift:shift + count], held, half_inf_bits)
+        return
+    held_index = dst_index[:count]
+    if taps == 1:
+        held[:] = first_tap
+        if record >= 0:
+            for i in range(count):
+                held_index[i] = record + start + i
+        else:
+            held_index[:] = src_index[start:start + count]
+        return
+    # The first two taps in one sweep, then one sweep per further tap.
+    second = start + step
+    if record >= 0:
+        _first_max_of_two_at(first_tap, src[second:second + count], held, held_index,
+                             record + start, step, half_inf_bits)
     else:
-        for i in range(count):
-            held[i] = first_tap[i]
-    if want_indices:
-        held_index = dst_index[:count]
-        if first_pass:
-            for i in range(count):
-                held_index[i] = i
+        _first_max_of_two_from(first_tap, src_index[start:start + count],
+                               src[second:second + count], src_index[second:second + count],
+                               held, held_index, half_inf_bits)
+    for t in range(2, taps):
+        shift = start + t * step
+        if record >= 0:
+            _keep_first_max_at(src[shift:shift + count], held, held_index, record + shift,
+                               half_inf_bits)
         else:
-            first_index = src_index[:count]
-            for i in range(count):
-                held_index[i] = first_index[i]
-    for t in range(fused, taps):
-        shift = t * step
-        later = src[shift:shift + count]
-        if not want_indices:
-            _keep_first_max(later, held, half_inf_bits)
-        elif first_pass:
-            _keep_first_max_at(later, held, held_index, shift, half_inf_bits)
-        else:
-            _keep_first_max_from(later, src_index[shift:shift + count], held, held_index,
-                                 half_inf_bits)
+            _keep_first_max_from(src[shift:shift + count], src_index[shift:shift + count],
+                                 held, held_index, half_inf_bits)
+
+
+@njit(cache=True, nogil=True)
+def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, extent, kernel,
+               dilations, starts, slot, cut, cut_count, want_indices, record, half_inf_bits):
+    """One separable pass along axis ``a`` of a staged slab of ``size`` elements, laid out as
+    blocks of ``extent`` rows of ``inner`` elements, the same layout in ``src`` and ``dst``.
+
+    Row i of a block gets the first maximum of the window that starts at row i, for every
+    i < ``starts[a]`` in one flat loop (rows near a block's end get garbage, the windows
+    crossing into the next block).  The ``cut_count[a]`` outputs ``cut[a, :]`` whose window
+    the padding cuts (each with an in-bounds tap) get their in-bounds taps' maximum in row
+    ``slot[a, o]``, one of those garbage rows."""
+    step = dilations[a] * inner
+    if starts[a] > 0:
+        _first_max_rows(src, src_index, dst, dst_index, 0, step, kernel[a],
+                        size - (kernel[a] - 1) * step, want_indices, record, half_inf_bits)
+    for u in range(size // (extent * inner)):
+        for c in range(cut_count[a]):
+            o = cut[a, c]
+            taps = hi[a, o] - lo[a, o]
+            at = (u * extent + first[a, o] + lo[a, o] * dilations[a]) * inner
+            to = (u * extent + slot[a, o]) * inner
+            if inner > 1:
+                _first_max_rows(src, src_index, dst[to:to + inner],
+                                dst_index[to:to + inner] if want_indices else dst_index, at,
+                                step, taps, inner, want_indices, record, half_inf_bits)
+                continue
+            best = at  # the last axis: a short scalar scan, branch-free (unpredictable)
+            held = src[at]
+            for t in range(1, taps):
+                v = src[at + t * step]
+                take = _beats(v, held, half_inf_bits)
+                best = at + t * step if take else best
+                held = v if take else held
+            dst[to] = held
+            if want_indices:
+                dst_index[to] = record + best if record >= 0 else src_index[best]
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -299,13 +385,19 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
     allocates its scratch once); ``slab_rows`` how many outputs along the first axis are
     computed per slab of the plane (it bounds the scratch, and keeps it in cache).
 
-    The window maximum of every start position along one axis, for all positions of a slab
-    at once, is one long loop with a constant shift per tap: ``dst[i] = max_t src[i + t*s]``
-    (positions whose window would leave the axis get garbage, never read).  Reducing the last
-    axis first, then the others towards the first, keeps row-major window order: each pass
-    keeps the first maximum (first NaN) of its taps, so the result is the first in window
-    order, exactly as a direct scan.  Outputs whose window is wholly inside the plane then
-    read their start position; the few that touch the padding are scanned directly.
+    Reducing the last axis first, then the others towards the first, keeps row-major window
+    order: each pass keeps the first maximum (first NaN) of its taps, so the result is the
+    first in window order, exactly as a direct scan.  Each pass is one long branch-free loop
+    per tap with a constant shift, which LLVM vectorises (runs of a few dozen would not be):
+
+    - the last axis, then each other axis but the first, at every window start of the slab
+      (:func:`_axis_pass`), the staged slab keeping the input's layout;
+    - the first axis only at the rows its outputs need, over their in-bounds taps;
+    - then each output reads its result: ``slot`` maps an output to its staged row on each
+      axis, its window start, or the garbage row where its padding-cut window was put.
+
+    The caller guarantees that every axis has as many garbage rows as cut windows.  A window
+    with no in-bounds tap yields ``empty_value`` (index -1), patched in at the end.
     """
     planes, plane_size = x.shape
     rank = in_shape.size
@@ -314,85 +406,114 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
     in_strides = np.ones(rank, np.int64)
     for a in range(last - 1, -1, -1):
         in_strides[a] = in_strides[a + 1] * in_shape[a + 1]
-    # Along the last axis, outputs [inner_lo, inner_hi) have their whole window inside, and
-    # their windows start at a constant stride.
-    inner_lo = out_last
-    inner_hi = out_last
-    for ol in range(out_last):
-        if lo[last, ol] == 0 and hi[last, ol] == kernel[last]:
-            if inner_lo == out_last:
-                inner_lo = ol
-            inner_hi = ol + 1
-    step_last = first[last, 1] - first[last, 0] if out_last > 1 else 0
-    # Input rows (along the first axis) one slab can read, and outputs per row of a slab.
+    # starts[a]: window starts computed along axis a (none if no window fits inside);
+    # slot[a, o]: the staged row holding output o's result along axis a.
+    # cut[a, :cut_count[a]]: the outputs whose window the padding cuts, but not to nothing.
+    slot = np.empty((rank, first.shape[1]), np.int64)
+    starts = np.zeros(rank, np.int64)
+    cut = np.empty((rank, first.shape[1]), np.int64)
+    cut_count = np.zeros(rank, np.int64)
+    has_empty = False
+    for a in range(rank):
+        for o in range(out_shape[a]):
+            if lo[a, o] == 0 and hi[a, o] == kernel[a]:
+                starts[a] = in_shape[a] - (kernel[a] - 1) * dilations[a]
+            has_empty |= lo[a, o] >= hi[a, o]
+        spare = starts[a]
+        for o in range(out_shape[a]):
+            if lo[a, o] == 0 and hi[a, o] == kernel[a]:
+                slot[a, o] = first[a, o]
+            else:
+                slot[a, o] = spare
+                spare += 1
+                if lo[a, o] < hi[a, o]:
+                    cut[a, cut_count[a]] = o
+                    cut_count[a] += 1
     if rank == 1:
-        slab_rows = out_shape[0]
-    step_first = first[0, 1] - first[0, 0] if out_shape[0] > 1 else 0
+        slab_rows = 1
+    step_first = first[0, 1] - first[0, 0] if out_shape[0] > 1 else 1
     slab_in_rows = min(in_shape[0], (slab_rows - 1) * step_first
                        + (kernel[0] - 1) * dilations[0] + 1)
-    capacity = slab_in_rows * in_strides[0] if rank > 1 else plane_size
-    rows_per_first = 1
-    for a in range(1, last):
-        rows_per_first *= out_shape[a]
+    inner0 = in_strides[0]  # elements per input row along the first axis
+    capacity = max(slab_in_rows, slab_rows) * inner0 if rank > 1 else plane_size
+    out_inner = 1  # outputs per output row along the first axis
+    for a in range(1, rank):
+        out_inner *= out_shape[a]
     for chunk in prange(chunks):
         values = np.empty((2, capacity), x.dtype)
         positions = np.empty((2, capacity if want_indices else 0), np.int64)
         o = np.zeros(rank, np.int64)
-        j = np.zeros(rank, np.int64)
         for p in range(chunk * planes // chunks, (chunk + 1) * planes // chunks):
             xp = x[p]
-            for o0 in range(0, out_shape[0], slab_rows):
+            plane_offset = p * plane_size
+            for o0 in range(0, out_shape[0] if rank > 1 else 1, slab_rows):
                 o1 = min(o0 + slab_rows, out_shape[0])
-                # The input rows this slab's inside windows read: [r_lo, r_hi).
+                # The slab: input rows [r_lo, r_hi) along the first axis hold all its taps.
                 r_lo = 0
-                r_hi = in_shape[0]
+                size = plane_size
                 if rank > 1:
                     r_lo = min(max(first[0, o0], 0), in_shape[0])
                     r_hi = max(min(first[0, o1 - 1] + (kernel[0] - 1) * dilations[0] + 1,
                                    in_shape[0]), r_lo)
-                base = r_lo * in_strides[0] if rank > 1 else 0
-                size = (r_hi - r_lo) * in_strides[0] if rank > 1 else plane_size
-                src = xp[base:base + size]
-                src_index = positions[1]
+                    size = (r_hi - r_lo) * inner0
+                slab = xp[r_lo * inner0:r_lo * inner0 + size]
+                _axis_pass(slab, positions[1], values[0], positions[0], size, last, 1, first,
+                           lo, hi, in_shape[last], kernel, dilations, starts, slot, cut, cut_count,
+                           want_indices, plane_offset + r_lo * inner0, half_inf_bits)
                 side = 0
-                for a in range(last, -1, -1):
-                    step = dilations[a] * in_strides[a]
-                    count = max(size - (kernel[a] - 1) * step, 0)
-                    _rolling_pass(src, src_index, values[side], positions[side], count, step,
-                                  kernel[a], a == last, want_indices, half_inf_bits)
+                for a in range(last - 1, 0, -1):
+                    _axis_pass(values[side], positions[side], values[1 - side],
+                               positions[1 - side], size, a, in_strides[a], first, lo, hi,
+                               in_shape[a], kernel, dilations, starts, slot, cut, cut_count,
+                               want_indices, -1, half_inf_bits)
+                    side = 1 - side
+                if rank > 1:  # the first axis, at the slab's outputs only
                     src = values[side]
                     src_index = positions[side]
+                    for oa in range(o0, o1):
+                        taps = hi[0, oa] - lo[0, oa]
+                        if taps <= 0:
+                            continue  # only padding: patched below
+                        at = (first[0, oa] + lo[0, oa] * dilations[0] - r_lo) * inner0
+                        to = (oa - o0) * inner0
+                        _first_max_rows(src, src_index, values[1 - side, to:to + inner0],
+                                        positions[1 - side, to:to + inner0] if want_indices
+                                        else positions[1 - side], at, dilations[0] * inner0,
+                                        taps, inner0, want_indices, -1, half_inf_bits)
                     side = 1 - side
+                # Every output of the slab reads its result.
+                staged = values[side]
+                staged_positions = positions[side]
                 o[:] = 0
                 o[0] = o0
-                rows = (o1 - o0) * rows_per_first if rank > 1 else 1
-                for r in range(rows):
-                    row = 0  # flat index of this row of outputs
-                    for a in range(last):
-                        row = row * out_shape[a] + o[a]
-                    q0 = row * out_last
-                    row_inside = inner_lo < inner_hi
-                    row_start = -base  # offset in the slab's results
-                    for a in range(last):
-                        if lo[a, o[a]] != 0 or hi[a, o[a]] != kernel[a]:
-                            row_inside = False
-                        row_start += first[a, o[a]] * in_strides[a]
-                    if row_inside:
-                        start = row_start + first[last, inner_lo]
-                        for ol in range(inner_lo, inner_hi):
-                            y[p, q0 + ol] = src[start]
-                            if want_indices:
-                                indices[p, q0 + ol] = p * plane_size + reported_index(
-                                    base + src_index[start], column_major, in_shape, in_strides)
-                            start += step_last
+                q0 = o0 * out_inner
+                out_rows = (o1 - o0) * out_inner // out_last if rank > 1 else 1
+                for r in range(out_rows):
+                    row = 0
+                    if rank > 1:
+                        row = (o[0] - o0) * inner0
+                        for a in range(1, last):
+                            row += slot[a, o[a]] * in_strides[a]
+                    q = q0 + r * out_last
                     for ol in range(out_last):
-                        if row_inside and inner_lo <= ol < inner_hi:
-                            continue
-                        o[last] = ol
-                        best = _max_on_border(xp, o, j, first, lo, hi, in_shape, dilations,
-                                              half_inf_bits)
-                        y[p, q0 + ol] = empty_value if best < 0 else xp[best]
+                        at = row + slot[last, ol]
+                        y[p, q + ol] = staged[at]
                         if want_indices:
-                            indices[p, q0 + ol] = -1 if best < 0 else p * plane_size + \
-                                reported_index(best, column_major, in_shape, in_strides)
-                    next_in_shape(o, out_shape, last)  # next row of outputs
+                            indices[p, q + ol] = staged_positions[at]
+                    next_in_shape(o, out_shape, last)
+                # Rare cases: windows made only of padding, and column-major indices.
+                if has_empty or (want_indices and column_major):
+                    o[:] = 0
+                    o[0] = o0
+                    for q in range(q0, q0 + out_rows * out_last):
+                        empty = False
+                        for a in range(rank):
+                            empty |= lo[a, o[a]] >= hi[a, o[a]]
+                        if empty:
+                            y[p, q] = empty_value
+                            if want_indices:
+                                indices[p, q] = -1
+                        elif want_indices and column_major:
+                            indices[p, q] = plane_offset + reported_index(
+                                indices[p, q] - plane_offset, True, in_shape, in_strides)
+                        next_in_shape(o, out_shape, rank)

@@ -105,29 +105,46 @@ def max_pool(
     return (y, indices) if return_indices else y
 
 
+def _separable_fits(plan: WindowPlan) -> bool:
+    """Whether the separable passes can stage this plan: along each axis they reduce at every
+    window start (all but the first axis, unless it is the only one), the windows cut by the
+    padding must fit in the rows whose windows would run off the end."""
+    taps = plan.taps
+    for a in range(1, plan.rank) if plan.rank > 1 else (0,):
+        n, k, d = plan.in_shape[a], plan.kernel[a], plan.dilations[a]
+        inside = (taps.lo[a, :plan.out_shape[a]] == 0) & (taps.hi[a, :plan.out_shape[a]] == k)
+        spare = min((k - 1) * d, n) if inside.any() else n
+        if (~inside).sum() > spare:
+            return False
+    return min(plan.in_shape) > 0
+
+
 def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_bytes: int):
     """Outputs along the first axis per slab for the separable passes, or None when a direct
     scan is the better choice.
 
-    Separable passes visit every input position once per kernel tap of each axis, in
-    vectorised loops (about 8x cheaper per visit); a direct scan visits each output's whole
-    window, so large strides with small kernels favour it.  The passes need two scratch
-    slabs per thread: slabs are sized to stay in cache (256 KiB) and, all threads together,
-    under 10% of the outputs' size; if even one row of outputs cannot, scan directly."""
-    if any((k - 1) * d >= n for n, k, d in zip(plan.in_shape, plan.kernel, plan.dilations)):
-        return None  # no window fits wholly inside: every output is a border scan
-    separable = math.prod(plan.in_shape) * sum(plan.kernel) / 8
-    direct = math.prod(plan.out_shape) * math.prod(plan.kernel)
-    if separable >= direct:
+    The passes visit each input position once per tap of each axis but the first, and only
+    the rows the outputs need along the first, in vectorised loops (about 8x cheaper per
+    visit); then each output reads its result.  A direct scan visits each output's whole
+    window.  The passes need two scratch slabs per thread: slabs are sized to stay in cache
+    (256 KiB) and, all threads together, under 10% of the outputs' size; if even one row of
+    outputs cannot, scan directly."""
+    vectorised = 8
+    n, k, out = plan.in_shape, plan.kernel, plan.out_shape
+    size = math.prod(n)
+    separable = size * sum(k[1:] if plan.rank > 1 else k) / vectorised + math.prod(out)
+    if plan.rank > 1:
+        separable += out[0] * k[0] * size / n[0] / vectorised
+    if separable >= math.prod(out) * math.prod(k):
         return None
     if plan.rank == 1:
-        return plan.out_shape[0]
-    row_bytes = math.prod(plan.in_shape[1:]) * item_bytes
+        return 1
+    row_bytes = size // n[0] * item_bytes
     budget = min(256 * 1024, 0.1 * output_bytes / (2 * threads))
     step = plan.strides[0]
-    extent = (plan.kernel[0] - 1) * plan.dilations[0] + 1
-    rows = int((budget / row_bytes - extent) // step) + 1  # (rows - 1)*step + extent inputs
-    return min(rows, plan.out_shape[0]) if rows >= 1 else None
+    extent = (k[0] - 1) * plan.dilations[0] + 1
+    fitting = int((budget / row_bytes - extent) // step) + 1  # (rows - 1)*step + extent inputs
+    return min(fitting, out[0]) if fitting >= 1 else None
 
 
 def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: bool,
@@ -135,7 +152,8 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
     """Run the kernel on a validated NCHW-style input: Y, and Indices (or None).
 
     ``slab_rows`` -1 lets :func:`_separable_slab` choose between the kernels; tests force the
-    direct scan (None) or the separable passes with a given slab height."""
+    direct scan (None) or the separable passes with a given slab height, which are still
+    refused for a plan they cannot stage (:func:`_separable_fits`)."""
     out_shape = x.shape[:2] + plan.out_shape
     y = allocate(label, "Y", out_shape, x.dtype)
     indices = allocate(label, "Indices", out_shape, np.int64) if return_indices else None
@@ -167,6 +185,8 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
     output_bytes = y.nbytes + (indices.nbytes if return_indices else 0)
     if slab_rows == -1:
         slab_rows = _separable_slab(plan, item_bytes, chunks, output_bytes)
+    if slab_rows is not None and not _separable_fits(plan):
+        slab_rows = None  # the passes cannot stage this plan: whatever chose them
     if slab_rows is not None:
         launch(window_max_separable, *arguments, chunks, slab_rows)
     else:
