@@ -276,7 +276,10 @@ def _first_max_of_two_at(earlier, later, held, held_index, shift, step, half_inf
 @njit(cache=True, nogil=True)
 def _first_max_of_two_from(earlier, earlier_index, later, later_index, held, held_index,
                            half_inf_bits):
-    """:func:`_first_max_of_two`, carrying the winner's recorded position along."""
+    """:func:`_first_max_of_two`, carrying the winner's recorded position along.
+
+    Not :func:`_keep_first_max_from` called with ``earlier`` as ``held``: the overlap check
+    LLVM puts before a vectorised loop fails for an in-place call, which then runs scalar."""
     for i in range(held.size):
         v = later[i]
         h = earlier[i]
