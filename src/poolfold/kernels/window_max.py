@@ -381,7 +381,7 @@ def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, ex
 @njit(parallel=True, cache=True, nogil=True)
 def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape,
                          kernel, dilations, column_major, empty_value, half_inf_bits, chunks,
-                         slab_rows):
+                         slab_rows, starts, slot, cut, cut_count):
     """The same contract as :func:`window_max`, computed by separable passes.
 
     ``chunks`` is how many groups of planes are shared out among the threads (each group
@@ -399,8 +399,10 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
     - then each output reads its result: ``slot`` maps an output to its staged row on each
       axis, its window start, or the garbage row where its padding-cut window was put.
 
-    The caller guarantees that every axis has as many garbage rows as cut windows.  A window
-    with no in-bounds tap yields ``empty_value`` (index -1), patched in at the end.
+    ``starts``, ``slot``, ``cut`` and ``cut_count`` say where each axis stages its results
+    (see :func:`_axis_pass` and ``poolfold.ops.max_pool.separable_staging``, which also
+    refuses plans whose cut windows do not fit).  A window with no in-bounds tap yields
+    ``empty_value`` (index -1), patched in at the end.
     """
     planes, plane_size = x.shape
     rank = in_shape.size
@@ -409,29 +411,10 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
     in_strides = np.ones(rank, np.int64)
     for a in range(last - 1, -1, -1):
         in_strides[a] = in_strides[a + 1] * in_shape[a + 1]
-    # starts[a]: window starts computed along axis a (none if no window fits inside);
-    # slot[a, o]: the staged row holding output o's result along axis a.
-    # cut[a, :cut_count[a]]: the outputs whose window the padding cuts, but not to nothing.
-    slot = np.empty((rank, first.shape[1]), np.int64)
-    starts = np.zeros(rank, np.int64)
-    cut = np.empty((rank, first.shape[1]), np.int64)
-    cut_count = np.zeros(rank, np.int64)
-    has_empty = False
+    has_empty = False  # some window holds only padding
     for a in range(rank):
         for o in range(out_shape[a]):
-            if lo[a, o] == 0 and hi[a, o] == kernel[a]:
-                starts[a] = in_shape[a] - (kernel[a] - 1) * dilations[a]
             has_empty |= lo[a, o] >= hi[a, o]
-        spare = starts[a]
-        for o in range(out_shape[a]):
-            if lo[a, o] == 0 and hi[a, o] == kernel[a]:
-                slot[a, o] = first[a, o]
-            else:
-                slot[a, o] = spare
-                spare += 1
-                if lo[a, o] < hi[a, o]:
-                    cut[a, cut_count[a]] = o
-                    cut_count[a] += 1
     if rank == 1:
         slab_rows = 1
     step_first = first[0, 1] - first[0, 0] if out_shape[0] > 1 else 1

@@ -105,18 +105,39 @@ def max_pool(
     return (y, indices) if return_indices else y
 
 
-def _separable_fits(plan: WindowPlan) -> bool:
-    """Whether the separable passes can stage this plan: along each axis they reduce at every
-    window start (all but the first axis, unless it is the only one), the windows cut by the
-    padding must fit in the rows whose windows would run off the end."""
+def separable_staging(plan: WindowPlan):
+    """Where the separable passes stage their results along each axis, or None when they
+    cannot stage this plan.
+
+    Along each axis but the first (unless it is the only one) the passes reduce at every
+    window start: ``starts[a]`` of them, none if no window lies wholly inside the axis.  The
+    rows after those would hold windows running off the end; the outputs whose window the
+    padding cuts take them instead, in order.  ``slot[a, o]`` is the staged row of output o
+    (its window start, or its spare row); ``cut[a, :cut_count[a]]`` the cut outputs that
+    keep an in-bounds tap.  None when the cut windows outnumber the spare rows, or a dim
+    is 0."""
+    if min(plan.in_shape) == 0:
+        return None
     taps = plan.taps
-    for a in range(1, plan.rank) if plan.rank > 1 else (0,):
-        n, k, d = plan.in_shape[a], plan.kernel[a], plan.dilations[a]
-        inside = (taps.lo[a, :plan.out_shape[a]] == 0) & (taps.hi[a, :plan.out_shape[a]] == k)
-        spare = min((k - 1) * d, n) if inside.any() else n
-        if (~inside).sum() > spare:
-            return False
-    return min(plan.in_shape) > 0
+    rank, width = plan.rank, taps.first.shape[1]
+    starts = np.zeros(rank, np.int64)
+    slot = np.zeros((rank, width), np.int64)
+    cut = np.zeros((rank, width), np.int64)
+    cut_count = np.zeros(rank, np.int64)
+    for a in range(rank):
+        out, n, k, d = plan.out_shape[a], plan.in_shape[a], plan.kernel[a], plan.dilations[a]
+        inside = (taps.lo[a, :out] == 0) & (taps.hi[a, :out] == k)
+        starts[a] = n - (k - 1) * d if inside.any() else 0
+        cut_outputs = np.flatnonzero(~inside)
+        if a > 0 or rank == 1:  # the first axis of several is reduced at its outputs only
+            if starts[a] + cut_outputs.size > n:
+                return None
+        slot[a, :out] = taps.first[a, :out]
+        slot[a, cut_outputs] = starts[a] + np.arange(cut_outputs.size)
+        kept = cut_outputs[taps.lo[a, cut_outputs] < taps.hi[a, cut_outputs]]
+        cut[a, :kept.size] = kept
+        cut_count[a] = kept.size
+    return starts, slot, cut, cut_count
 
 
 def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_bytes: int):
@@ -153,7 +174,7 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
 
     ``slab_rows`` -1 lets :func:`_separable_slab` choose between the kernels; tests force the
     direct scan (None) or the separable passes with a given slab height, which are still
-    refused for a plan they cannot stage (:func:`_separable_fits`)."""
+    refused for a plan they cannot stage (:func:`separable_staging`)."""
     out_shape = x.shape[:2] + plan.out_shape
     y = allocate(label, "Y", out_shape, x.dtype)
     indices = allocate(label, "Indices", out_shape, np.int64) if return_indices else None
@@ -185,10 +206,9 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
     output_bytes = y.nbytes + (indices.nbytes if return_indices else 0)
     if slab_rows == -1:
         slab_rows = _separable_slab(plan, item_bytes, chunks, output_bytes)
-    if slab_rows is not None and not _separable_fits(plan):
-        slab_rows = None  # the passes cannot stage this plan: whatever chose them
-    if slab_rows is not None:
-        launch(window_max_separable, *arguments, chunks, slab_rows)
+    staging = separable_staging(plan) if slab_rows is not None else None
+    if staging is not None:  # else the passes cannot stage this plan, whatever chose them
+        launch(window_max_separable, *arguments, chunks, slab_rows, *staging)
     else:
         launch(window_max, *arguments)
     return y, indices
