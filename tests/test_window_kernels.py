@@ -3,6 +3,7 @@ oracle, bit for bit.  The public API picks one by a cost rule that tiny test ten
 resolve to the direct scan, so the separable kernel is driven here directly."""
 
 import ml_dtypes
+import pytest
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -55,4 +56,55 @@ def test_direct_and_separable_kernels_match_the_oracle(case):
         assert np.array_equal(y.view(bits), want_y.view(bits)), (rows, y, want_y)
         assert np.array_equal(i, want_i), (rows, i, want_i)
         y_only, _ = pool_planes("t", x, plan, False, storage_order, slab_rows=rows)
+        assert np.array_equal(y_only.view(bits), want_y.view(bits)), rows
+
+
+def _ties_and_specials(shape, dtype, seed):
+    """Few distinct values (many ties), with NaNs of two payloads and signed zeros for floats."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-3, 4, size=shape)
+    if np.dtype(dtype).kind in "iu":
+        return x.astype(dtype)
+    x = x.astype(np.float64)
+    flat = x.reshape(-1)
+    picks = rng.choice(flat.size, size=min(flat.size, 12), replace=False)
+    flat[picks[:4]] = np.nan
+    flat[picks[4:8]] = -0.0
+    flat[picks[8:]] = 0.0
+    x = x.astype(dtype)
+    bits = x.view(f"u{x.itemsize}").reshape(-1)
+    bits[picks[:2]] |= 1  # another NaN payload: the first in window order must win
+    return x
+
+
+# The separable kernel's own paths at sizes the hypothesis cases do not reach: the last
+# axis by pairs (stride 2 with an even extent, kernels 2, 4, 5 with or without cut
+# windows), and the first axis both at every window start (short rows) and at its
+# outputs only (rows of 512 elements or more).
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.int8,
+                                   np.float64])
+@pytest.mark.parametrize("spatial,kernel,strides,pads,ceil_mode", [
+    ((10, 16), [3, 2], [2, 2], [0, 0, 0, 0], False),
+    ((9, 18), [2, 4], [1, 2], [1, 1, 1, 1], False),
+    ((7, 20), [3, 5], [2, 2], [2, 2, 2, 2], False),
+    ((8, 16), [2, 4], [2, 2], [0, 1, 1, 0], True),
+    ((6, 6, 12), [2, 2, 2], [2, 2, 2], [0, 0, 0, 0, 0, 0], False),
+    ((5, 4, 256), [2, 1, 4], [1, 1, 2], [1, 0, 2, 1, 0, 1], False),
+    ((6, 4, 160), [3, 2, 3], [2, 1, 2], [1, 0, 1, 1, 1, 1], False),
+    ((24,), [4], [2], [1, 2], False),
+])
+def test_separable_paths_match_the_oracle(dtype, spatial, kernel, strides, pads, ceil_mode):
+    x = _ties_and_specials((2, 3) + spatial, dtype, seed=len(spatial) * 100 + sum(spatial))
+    attributes = WindowAttributes.validate("t", len(spatial), kernel, strides, None, pads)
+    plan = window_plan("t", spatial, attributes, ceil_mode=ceil_mode)
+    want_y, want_i = oracle.max_pool(x, kernel, strides=strides, pads=pads, ceil_mode=ceil_mode)
+    bits = np.dtype(f"u{x.dtype.itemsize}")
+    for rows in (1, 2, plan.out_shape[0]):
+        for storage_order in (0, 1):
+            y, i = pool_planes("t", x, plan, True, storage_order, slab_rows=rows)
+            _, want_i = oracle.max_pool(x, kernel, strides=strides, pads=pads,
+                                        ceil_mode=ceil_mode, storage_order=storage_order)
+            assert np.array_equal(y.view(bits), want_y.view(bits)), (rows, storage_order)
+            assert np.array_equal(i, want_i), (rows, storage_order)
+        y_only, _ = pool_planes("t", x, plan, False, 0, slab_rows=rows)
         assert np.array_equal(y_only.view(bits), want_y.view(bits)), rows

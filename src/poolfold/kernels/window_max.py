@@ -290,6 +290,56 @@ def _first_max_of_two_from(earlier, earlier_index, later, later_index, held, hel
         held_index[i] = v_index if take else h_index
 
 
+# Stride 2 along the last axis: reading a pair of neighbours per output is an access LLVM
+# vectorises (interleaved loads); a third tap at ``2*j + 2``, or a loop copying only the even
+# positions, is not.  So odd kernels keep each pair's first element in the same sweep.
+
+@njit(cache=True, nogil=True)
+def _first_max_of_pairs(src, held, half_inf_bits):
+    """``held[j]`` = the first maximum (first NaN) of ``src[2*j]``, ``src[2*j + 1]``."""
+    for j in range(held.size):
+        h = src[2 * j]
+        v = src[2 * j + 1]
+        held[j] = v if _beats(v, h, half_inf_bits) else h
+
+
+@njit(cache=True, nogil=True)
+def _first_max_of_pairs_at(src, held, held_index, shift, half_inf_bits):
+    """:func:`_first_max_of_pairs`, recording the winner's position (``2*j + shift``, + 1
+    for the second of the pair)."""
+    for j in range(held.size):
+        h = src[2 * j]
+        v = src[2 * j + 1]
+        take = _beats(v, h, half_inf_bits)
+        held[j] = v if take else h
+        held_index[j] = 2 * j + shift + 1 if take else 2 * j + shift
+
+
+@njit(cache=True, nogil=True)
+def _first_max_of_pairs_and_evens(src, held, even, half_inf_bits):
+    """:func:`_first_max_of_pairs`, also copying ``even[j] = src[2*j]``."""
+    for j in range(held.size):
+        h = src[2 * j]
+        v = src[2 * j + 1]
+        held[j] = v if _beats(v, h, half_inf_bits) else h
+        even[j] = h
+
+
+@njit(cache=True, nogil=True)
+def _first_max_of_pairs_and_evens_at(src, held, held_index, even, even_index, shift,
+                                     half_inf_bits):
+    """:func:`_first_max_of_pairs_at`, also copying ``even[j] = src[2*j]`` (at
+    ``2*j + shift``)."""
+    for j in range(held.size):
+        h = src[2 * j]
+        v = src[2 * j + 1]
+        take = _beats(v, h, half_inf_bits)
+        held[j] = v if take else h
+        held_index[j] = 2 * j + shift + 1 if take else 2 * j + shift
+        even[j] = h
+        even_index[j] = 2 * j + shift
+
+
 @njit(cache=True, nogil=True)
 def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, want_indices,
                     record, half_inf_bits):
@@ -341,6 +391,20 @@ def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, wa
 
 
 @njit(cache=True, nogil=True)
+def _first_max_scan(src, at, step, taps, half_inf_bits):
+    """Offset of the first maximum (first NaN) of ``src[at + t*step]`` over taps t: a short
+    scalar scan, branch-free (the branches would be unpredictable)."""
+    best = at
+    held = src[at]
+    for t in range(1, taps):
+        v = src[at + t * step]
+        take = _beats(v, held, half_inf_bits)
+        best = at + t * step if take else best
+        held = v if take else held
+    return best
+
+
+@njit(cache=True, nogil=True)
 def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, extent, kernel,
                dilations, starts, slot, cut, cut_count, want_indices, record, half_inf_bits):
     """One separable pass along axis ``a`` of a staged slab of ``size`` elements, laid out as
@@ -366,22 +430,85 @@ def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, ex
                                 dst_index[to:to + inner] if want_indices else dst_index, at,
                                 step, taps, inner, want_indices, record, half_inf_bits)
                 continue
-            best = at  # the last axis: a short scalar scan, branch-free (unpredictable)
-            held = src[at]
-            for t in range(1, taps):
-                v = src[at + t * step]
-                take = _beats(v, held, half_inf_bits)
-                best = at + t * step if take else best
-                held = v if take else held
-            dst[to] = held
+            best = _first_max_scan(src, at, step, taps, half_inf_bits)  # the last axis
+            dst[to] = src[best]
             if want_indices:
                 dst_index[to] = record + best if record >= 0 else src_index[best]
+
+
+@njit(cache=True, nogil=True)
+def _pairs_pass(src, dst, dst_index, scratch, scratch_index, size, extent, first, lo, hi,
+                kernel, cut, cut_count, want_indices, record, half_inf_bits):
+    """The last axis at stride 2 and dilation 1, of even ``extent``: output o of row r goes to
+    ``dst[r*extent/2 + o]``, so the pass halves the slab (``size`` elements of ``src``).
+
+    Output o's window starts at ``2*o + first[last, 0]``, so over the whole slab output i
+    (rows joined) reads ``src[2*i + first[last, 0]:]``: one flat loop reduces the pairs of
+    neighbours, and the window's taps are then folded pair by pair (and the last, even, tap
+    of an odd kernel).  Outputs whose window the padding cuts get garbage there, then their
+    in-bounds taps' maximum by a short scan, row by row.  ``scratch`` holds the pairs'
+    maxima and first elements: ``size + kernel[last]`` elements."""
+    last = first.shape[0] - 1
+    k = kernel[last]
+    offset = first[last, 0]
+    half = size // 2
+    i_lo = (1 - offset) // 2 if offset < 0 else 0  # first output reading no position < 0
+    i_hi = min((size - k - offset) // 2 + 1, half)  # ...and past the last reading < size
+    count = i_hi - i_lo
+    if count > 0:
+        at = 2 * i_lo + offset
+        pairs = count + k // 2 - 1  # the windows' pairs overlap: window i' has i'..i'+k/2-1
+        held = dst[i_lo:i_hi]
+        held_index = dst_index[i_lo:i_hi] if want_indices else dst_index
+        paired = src[at:]
+        if k == 2:
+            if want_indices:
+                _first_max_of_pairs_at(paired, held, held_index, record + at, half_inf_bits)
+            else:
+                _first_max_of_pairs(paired, held, half_inf_bits)
+        else:
+            maxima = scratch[:pairs]
+            maxima_index = scratch_index[:pairs] if want_indices else scratch_index
+            if k % 2:  # the last tap 2*i' + k - 1 is the first of pair i' + k//2
+                even = scratch[pairs:2 * pairs + 1]
+                even_index = scratch_index[pairs:2 * pairs + 1] if want_indices \
+                    else scratch_index
+                if want_indices:
+                    _first_max_of_pairs_and_evens_at(paired, maxima, maxima_index, even,
+                                                     even_index, record + at, half_inf_bits)
+                    even_index[pairs] = record + at + 2 * pairs
+                else:
+                    _first_max_of_pairs_and_evens(paired, maxima, even, half_inf_bits)
+                even[pairs] = paired[2 * pairs]  # past the last whole pair
+                last_tap = even[k // 2:k // 2 + count]
+                last_tap_index = even_index[k // 2:k // 2 + count] if want_indices \
+                    else even_index
+            elif want_indices:
+                _first_max_of_pairs_at(paired, maxima, maxima_index, record + at,
+                                       half_inf_bits)
+            else:
+                _first_max_of_pairs(paired, maxima, half_inf_bits)
+            _first_max_rows(maxima, maxima_index, held, held_index, 0, 1, k // 2, count,
+                            want_indices, -1, half_inf_bits)
+            if k % 2 and want_indices:
+                _keep_first_max_from(last_tap, last_tap_index, held, held_index, half_inf_bits)
+            elif k % 2:
+                _keep_first_max(last_tap, held, half_inf_bits)
+    width = extent // 2
+    for r in range(size // extent):
+        for c in range(cut_count[last]):
+            o = cut[last, c]
+            best = _first_max_scan(src, r * extent + first[last, o] + lo[last, o], 1,
+                                   hi[last, o] - lo[last, o], half_inf_bits)
+            dst[r * width + o] = src[best]
+            if want_indices:
+                dst_index[r * width + o] = record + best
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape,
                          kernel, dilations, column_major, empty_value, half_inf_bits, chunks,
-                         slab_rows, starts, slot, cut, cut_count):
+                         slab_rows, starts, slot, cut, cut_count, pairs):
     """The same contract as :func:`window_max`, computed by separable passes.
 
     ``chunks`` is how many groups of planes are shared out among the threads (each group
@@ -394,14 +521,15 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
     per tap with a constant shift, which LLVM vectorises (runs of a few dozen would not be):
 
     - the last axis, then each other axis but the first, at every window start of the slab
-      (:func:`_axis_pass`), the staged slab keeping the input's layout;
+      (:func:`_axis_pass`), the staged slab keeping the input's layout; or with ``pairs``
+      the last axis at its outputs only (:func:`_pairs_pass`), which halves the slab;
     - the first axis only at the rows its outputs need, over their in-bounds taps;
     - then each output reads its result: ``slot`` maps an output to its staged row on each
       axis, its window start, or the garbage row where its padding-cut window was put.
 
     ``starts``, ``slot``, ``cut`` and ``cut_count`` say where each axis stages its results
     (see :func:`_axis_pass` and ``poolfold.ops.max_pool.separable_staging``, which also
-    refuses plans whose cut windows do not fit).  A window with no in-bounds tap yields
+    refuses plans whose cut windows do not fit, and chooses ``pairs``).  A window with no in-bounds tap yields
     ``empty_value`` (index -1), patched in at the end.
     """
     planes, plane_size = x.shape
@@ -411,6 +539,10 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
     in_strides = np.ones(rank, np.int64)
     for a in range(last - 1, -1, -1):
         in_strides[a] = in_strides[a + 1] * in_shape[a + 1]
+    staged_last = in_shape[last] // 2 if pairs else in_shape[last]  # the staged slab's rows
+    strides = np.ones(rank, np.int64)  # ...and its strides
+    for a in range(last - 1, -1, -1):
+        strides[a] = strides[a + 1] * (staged_last if a + 1 == last else in_shape[a + 1])
     has_empty = False  # some window holds only padding
     for a in range(rank):
         for o in range(out_shape[a]):
@@ -420,14 +552,21 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
     step_first = first[0, 1] - first[0, 0] if out_shape[0] > 1 else 1
     slab_in_rows = min(in_shape[0], (slab_rows - 1) * step_first
                        + (kernel[0] - 1) * dilations[0] + 1)
-    inner0 = in_strides[0]  # elements per input row along the first axis
-    capacity = max(slab_in_rows, slab_rows) * inner0 if rank > 1 else plane_size
+    inner0 = strides[0]  # elements per staged row along the first axis
+    # Short rows along the first axis vectorise badly one output at a time (2-3x slower):
+    # then reduce at every window start of the slab in one loop, as the other axes are, and
+    # stage the cut windows in rows after the slab's.
+    flat_first = inner0 < 512
+    capacity = (max(slab_in_rows, slab_rows) + cut_count[0]) * in_strides[0] if rank > 1 \
+        else plane_size
+    capacity += kernel[last]  # (the pairs pass's scratch)
     out_inner = 1  # outputs per output row along the first axis
     for a in range(1, rank):
         out_inner *= out_shape[a]
     for chunk in prange(chunks):
         values = np.empty((2, capacity), x.dtype)
         positions = np.empty((2, capacity if want_indices else 0), np.int64)
+        out_row = np.empty(slab_rows, np.int64)  # staged row of each output along axis 0
         o = np.zeros(rank, np.int64)
         for p in range(chunk * planes // chunks, (chunk + 1) * planes // chunks):
             xp = x[p]
@@ -441,27 +580,51 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                     r_lo = min(max(first[0, o0], 0), in_shape[0])
                     r_hi = max(min(first[0, o1 - 1] + (kernel[0] - 1) * dilations[0] + 1,
                                    in_shape[0]), r_lo)
-                    size = (r_hi - r_lo) * inner0
-                slab = xp[r_lo * inner0:r_lo * inner0 + size]
-                _axis_pass(slab, positions[1], values[0], positions[0], size, last, 1, first,
-                           lo, hi, in_shape[last], kernel, dilations, starts, slot, cut, cut_count,
-                           want_indices, plane_offset + r_lo * inner0, half_inf_bits)
+                    size = (r_hi - r_lo) * in_strides[0]
+                start = r_lo * in_strides[0]
+                slab = xp[start:start + size]
+                if pairs:
+                    _pairs_pass(slab, values[0], positions[0], values[1], positions[1], size,
+                                in_shape[last], first, lo, hi, kernel, cut, cut_count,
+                                want_indices, plane_offset + start, half_inf_bits)
+                    size //= 2
+                else:
+                    _axis_pass(slab, positions[1], values[0], positions[0], size, last, 1,
+                               first, lo, hi, in_shape[last], kernel, dilations, starts, slot,
+                               cut, cut_count, want_indices, plane_offset + start,
+                               half_inf_bits)
                 side = 0
                 for a in range(last - 1, 0, -1):
                     _axis_pass(values[side], positions[side], values[1 - side],
-                               positions[1 - side], size, a, in_strides[a], first, lo, hi,
+                               positions[1 - side], size, a, strides[a], first, lo, hi,
                                in_shape[a], kernel, dilations, starts, slot, cut, cut_count,
                                want_indices, -1, half_inf_bits)
                     side = 1 - side
-                if rank > 1:  # the first axis, at the slab's outputs only
+                if rank > 1:  # the first axis
                     src = values[side]
                     src_index = positions[side]
+                    rows_in = r_hi - r_lo
+                    spare = rows_in  # staged rows of the cut windows, in flat mode
+                    joined = rows_in - (kernel[0] - 1) * dilations[0]
+                    if flat_first and joined > 0:  # every window start of the slab at once
+                        _first_max_rows(src, src_index, values[1 - side], positions[1 - side],
+                                        0, dilations[0] * inner0, kernel[0], joined * inner0,
+                                        want_indices, -1, half_inf_bits)
                     for oa in range(o0, o1):
                         taps = hi[0, oa] - lo[0, oa]
-                        if taps <= 0:
-                            continue  # only padding: patched below
                         at = (first[0, oa] + lo[0, oa] * dilations[0] - r_lo) * inner0
-                        to = (oa - o0) * inner0
+                        if taps <= 0:
+                            out_row[oa - o0] = 0
+                            continue  # only padding: patched below
+                        if not flat_first:
+                            out_row[oa - o0] = oa - o0
+                        elif taps == kernel[0]:
+                            out_row[oa - o0] = at // inner0
+                            continue  # done above
+                        else:
+                            out_row[oa - o0] = spare
+                            spare += 1
+                        to = out_row[oa - o0] * inner0
                         _first_max_rows(src, src_index, values[1 - side, to:to + inner0],
                                         positions[1 - side, to:to + inner0] if want_indices
                                         else positions[1 - side], at, dilations[0] * inner0,
@@ -477,15 +640,22 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                 for r in range(out_rows):
                     row = 0
                     if rank > 1:
-                        row = (o[0] - o0) * inner0
+                        row = out_row[o[0] - o0] * inner0
                         for a in range(1, last):
-                            row += slot[a, o[a]] * in_strides[a]
+                            row += slot[a, o[a]] * strides[a]
                     q = q0 + r * out_last
-                    for ol in range(out_last):
-                        at = row + slot[last, ol]
-                        y[p, q + ol] = staged[at]
+                    if pairs:  # the last axis is staged in output order: a plain copy
+                        for ol in range(out_last):
+                            y[p, q + ol] = staged[row + ol]
                         if want_indices:
-                            indices[p, q + ol] = staged_positions[at]
+                            for ol in range(out_last):
+                                indices[p, q + ol] = staged_positions[row + ol]
+                    else:
+                        for ol in range(out_last):
+                            at = row + slot[last, ol]
+                            y[p, q + ol] = staged[at]
+                            if want_indices:
+                                indices[p, q + ol] = staged_positions[at]
                     next_in_shape(o, out_shape, last)
                 # Rare cases: windows made only of padding, and column-major indices.
                 if has_empty or (want_indices and column_major):

@@ -115,11 +115,21 @@ def separable_staging(plan: WindowPlan):
     padding cuts take them instead, in order.  ``slot[a, o]`` is the staged row of output o
     (its window start, or its spare row); ``cut[a, :cut_count[a]]`` the cut outputs that
     keep an in-bounds tap.  None when the cut windows outnumber the spare rows, or a dim
-    is 0."""
+    is 0.
+
+    The last axis is reduced at its outputs only (``pairs``, staged in output order) when
+    its stride is 2, its dilation 1, its kernel 2 or at least 4, its extent even, with no
+    more outputs than half the extent: see ``poolfold.kernels.window_max._pairs_pass``."""
     if min(plan.in_shape) == 0:
         return None
     taps = plan.taps
     rank, width = plan.rank, taps.first.shape[1]
+    last = rank - 1
+    n_last = plan.in_shape[last]
+    k_last = plan.kernel[last]
+    # Three taps take one sweep at every window start: faster than pairs and then a fold.
+    pairs = (plan.strides[last] == 2 and plan.dilations[last] == 1 and k_last >= 2
+             and k_last != 3 and n_last % 2 == 0 and plan.out_shape[last] <= n_last // 2)
     starts = np.zeros(rank, np.int64)
     slot = np.zeros((rank, width), np.int64)
     cut = np.zeros((rank, width), np.int64)
@@ -127,17 +137,20 @@ def separable_staging(plan: WindowPlan):
     for a in range(rank):
         out, n, k, d = plan.out_shape[a], plan.in_shape[a], plan.kernel[a], plan.dilations[a]
         inside = (taps.lo[a, :out] == 0) & (taps.hi[a, :out] == k)
-        starts[a] = n - (k - 1) * d if inside.any() else 0
         cut_outputs = np.flatnonzero(~inside)
-        if a > 0 or rank == 1:  # the first axis of several is reduced at its outputs only
-            if starts[a] + cut_outputs.size > n:
-                return None
-        slot[a, :out] = taps.first[a, :out]
-        slot[a, cut_outputs] = starts[a] + np.arange(cut_outputs.size)
+        if a == last and pairs:
+            slot[a, :out] = np.arange(out)
+        else:
+            starts[a] = n - (k - 1) * d if inside.any() else 0
+            if a > 0 or rank == 1:  # the first axis of several is reduced at its outputs only
+                if starts[a] + cut_outputs.size > n:
+                    return None
+            slot[a, :out] = taps.first[a, :out]
+            slot[a, cut_outputs] = starts[a] + np.arange(cut_outputs.size)
         kept = cut_outputs[taps.lo[a, cut_outputs] < taps.hi[a, cut_outputs]]
         cut[a, :kept.size] = kept
         cut_count[a] = kept.size
-    return starts, slot, cut, cut_count
+    return starts, slot, cut, cut_count, pairs
 
 
 def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_bytes: int):
