@@ -232,6 +232,34 @@ def test_nhwc_max_pool_matches_oracle(case):
     assert_matches(y, want_y, x.dtype, case["activation"])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("storage_order", [0, 1])
+@pytest.mark.parametrize("dims, kernel, strides, pads", [
+    ((9, 10), [3, 3], [2, 2], [1, 1, 1, 1]),
+    ((6, 5, 8), [2, 3, 2], [2, 1, 2], [0, 1, 1, 1, 0, 0]),
+])
+def test_nhwc_max_pool_separable_path(monkeypatch, dtype, storage_order, dims, kernel, strides,
+                                      pads):
+    """Small tensors take the direct scan; force the separable passes (slabs of two output
+    rows) to check the channel axis riding along them, the NCHW Indices and the activation."""
+    import functools
+
+    import poolfold.ops.nhwc as nhwc_module
+    monkeypatch.setattr(nhwc_module, "pool_planes",
+                        functools.partial(nhwc_module.pool_planes, slab_rows=2))
+    rng = np.random.default_rng(7)
+    x = rng.integers(-4, 5, size=(2, 5) + dims).astype(dtype)  # NCHW, many ties
+    x.reshape(-1)[[3, 40, 41]] = np.nan
+    want_y, want_i = oracle.max_pool(x, kernel, strides=strides, pads=pads,
+                                     storage_order=storage_order)
+    y, indices = poolfold.nhwc.max_pool(to_nhwc(x), kernel, strides=strides, pads=pads,
+                                        storage_order=storage_order, return_indices=True,
+                                        activation="LeakyRelu", activation_params=[0.5])
+    np.testing.assert_array_equal(indices, want_i)
+    assert_matches(y, to_nhwc(activation_reference(want_y, "LeakyRelu", [0.5])), x.dtype,
+                   "LeakyRelu")
+
+
 # ------------------------------------------------------------------------------ MaxUnpool
 
 @settings(max_examples=150, deadline=None)

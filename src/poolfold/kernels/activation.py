@@ -66,3 +66,11 @@ def formula_over(values, code, params):
     for i in prange(values.size):
         out[i] = formula(values[i], code, params)
     return out
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def activate_in_place(values, code, params, table):
+    """:func:`activate` over a flat array (uint16 bits for half types), where a kernel could
+    not apply it as it stored."""
+    for i in prange(values.size):
+        values[i] = activate(values[i], code, params, table)

@@ -11,16 +11,25 @@ from __future__ import annotations
 import numpy as np
 
 from .. import activations, dtypes, schema
+from ..geometry import WindowPlan
 from ..kernels import launch
-from ..kernels.window_max_channels_last import window_max_channels_last
+from ..kernels.activation import IDENTITY, activate_in_place
+from ..kernels.channels_last import nchw_indices
 from ..memory import allocate
 from ._common import as_tensor
-from .max_pool import check_index_request, resolve_plan
+from .max_pool import check_index_request, pool_planes, resolve_plan
 from .max_unpool import resolve_indices, unpool_planes
 
 
 def _nchw_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     return (shape[0], shape[-1]) + tuple(shape[1:-1])
+
+
+def _with_channels(plan: WindowPlan, channels: int) -> WindowPlan:
+    """``plan`` over ``(spatial..., C)``: one more axis, with a window of one on C."""
+    return WindowPlan(plan.in_shape + (channels,), plan.kernel + (1,), plan.strides + (1,),
+                      plan.dilations + (1,), plan.pad_begin + (0,), plan.pad_end + (0,),
+                      plan.out_shape + (channels,))
 
 
 def max_pool(
@@ -57,32 +66,20 @@ def max_pool(
     nchw = _nchw_shape(x.shape)
     plan = resolve_plan(spec, nchw, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
     n, c = nchw[:2]
-    y = allocate(spec.label, "Y", (n,) + plan.out_shape + (c,), x.dtype)
-    indices = allocate(spec.label, "Indices", (n, c) + plan.out_shape, np.int64) \
-        if return_indices else None
-    if y.size:
-        xs, half_inf_bits = dtypes.comparable(np.ascontiguousarray(x).reshape(n, -1, c))
-        empty_value, _ = dtypes.comparable(dtypes.lowest(x.dtype))
-        taps = plan.taps
-        launch(
-            window_max_channels_last,
-            xs,
-            dtypes.bits_view(y).reshape(n, -1, c),
-            indices.reshape(n, c, -1) if return_indices else np.empty((0, 0, 0), np.int64),
-            return_indices,
-            taps.first,
-            taps.lo,
-            taps.hi,
-            np.array(plan.in_shape, np.int64),
-            np.array(plan.out_shape, np.int64),
-            np.array(plan.dilations, np.int64),
-            storage_order == 1,
-            empty_value[()],
-            half_inf_bits,
-            act.code,
-            act.params,
-            act.table,
-        )
+    # Each sample is one plane with C as a last axis pooled by windows of one: the NCHW
+    # kernels, reading C-long contiguous runs, and Y comes out channels-last.
+    y, recorded = pool_planes(spec.label, x.reshape((n, 1) + x.shape[1:]), _with_channels(plan, c),
+                              return_indices, 0)
+    y = y.reshape((n,) + plan.out_shape + (c,))
+    indices = None
+    if return_indices:
+        indices = allocate(spec.label, "Indices", (n, c) + plan.out_shape, np.int64)
+        if indices.size:
+            launch(nchw_indices, recorded.reshape(n, -1, c), indices.reshape(n, c, -1),
+                   np.array(plan.in_shape, np.int64), storage_order == 1)
+    if act.code != IDENTITY and y.size:
+        launch(activate_in_place, dtypes.bits_view(y).reshape(-1), act.code, act.params,
+               act.table)
     return (y, indices) if return_indices else y
 
 
