@@ -1,10 +1,10 @@
 """The tensor types poolfold handles, and how kernels see the ones numba cannot.
 
-numba has no float16 or bfloat16 scalar type.  Rather than upcasting a whole tensor, the
-comparison kernels read those tensors through a ``uint16`` view of their bits and order them
-with :func:`poolfold.kernels.ordering.order_key`; the winning bits are copied out unchanged.
-``uint16`` is never a MaxPool / MaxUnpool type itself, so in those kernels a ``uint16`` array
-always means "half-precision float bits".
+numba has no float16 or bfloat16 scalar type.  Rather than upcasting a whole tensor, kernels
+read those tensors through a view of their bits (:func:`bits_view`, :func:`comparable`) and
+the comparison kernels order them with :func:`poolfold.kernels.ordering.order_key`; the
+winning bits are copied out unchanged.  Neither ``uint16`` nor ``int16`` is a MaxPool /
+MaxUnpool type itself, so in those kernels such an array always means half-precision bits.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ import numpy as np
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 FLOAT16 = np.dtype(np.float16)
 
-# A half-precision value is NaN when its exponent bits are all set and its mantissa is not,
-# i.e. when the magnitude bits exceed those of +inf.
-_HALF_INF_BITS = {FLOAT16: 0x7C00, BFLOAT16: 0x7F80}
+_HALF = (FLOAT16, BFLOAT16)
 
 
 STRING = "string"  # numpy str_ ('U'), bytes_ ('S') or object arrays holding str
@@ -34,7 +32,7 @@ def name(dtype: np.dtype) -> str:
 
 
 def is_half(dtype: np.dtype) -> bool:
-    return np.dtype(dtype) in _HALF_INF_BITS
+    return np.dtype(dtype) in _HALF
 
 
 def is_floating(dtype: np.dtype) -> bool:
@@ -44,16 +42,16 @@ def is_floating(dtype: np.dtype) -> bool:
 
 def bits_view(a: np.ndarray) -> np.ndarray:
     """``a`` itself, or for half types a ``uint16`` view of its bits (no copy)."""
-    return a.view(np.uint16) if a.dtype in _HALF_INF_BITS else a
+    return a.view(np.uint16) if a.dtype in _HALF else a
 
 
-def comparable(a: np.ndarray) -> tuple[np.ndarray, int]:
-    """A view of ``a`` that numba can compare, and the NaN threshold for half types.
-
-    Half types come back as a ``uint16`` view (no copy) with the bit pattern of +inf's
-    magnitude: any magnitude above it is NaN.  Other types come back as they are, with 0.
-    """
-    return bits_view(a), _HALF_INF_BITS.get(a.dtype, 0)
+def comparable(a: np.ndarray) -> np.ndarray:
+    """A view of ``a`` (no copy) that the comparison kernels order as its values: float16
+    as ``uint16`` bits and bfloat16 as ``int16`` bits, so that kernels tell them apart by
+    type (see :mod:`poolfold.kernels.ordering`), any other type as it is."""
+    if a.dtype == BFLOAT16:
+        return a.view(np.int16)
+    return bits_view(a)
 
 
 def lowest(dtype: np.dtype) -> np.ndarray:

@@ -1,47 +1,66 @@
 """How comparison kernels order values, including the half types numba lacks.
 
-float16 and bfloat16 tensors reach the kernels as ``uint16`` views of their bits (see
-:mod:`poolfold.dtypes`).  :func:`order_key` maps such bits to a signed integer that orders
-exactly as the floats do: sign-magnitude to two's complement, so that -0.0 and +0.0 get the
-same key and tie as floats do.  NaN never reaches it: kernels test :func:`is_nan` first.
+float16 and bfloat16 tensors reach the comparison kernels as views of their bits, told apart
+by type: ``uint16`` for float16 and ``int16`` for bfloat16 (see
+:func:`poolfold.dtypes.comparable`).  :func:`order_key` widens such bits to the float32 of
+the same value, exactly (float16 by the CPU's half conversion, vectorised with F16C;
+bfloat16 by a shift), so they order, tie (-0.0 and +0.0) and test NaN as the floats do.
 Other types are their own key.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from llvmlite import ir
 from numba import types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
+
+
+@intrinsic
+def _float16_bits_to_float32(typingctx, bits):
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(types.uint16), codegen
+
+
+@intrinsic
+def _bfloat16_bits_to_float32(typingctx, bits):
+    def codegen(context, builder, signature, args):
+        word = builder.zext(args[0], ir.IntType(32))
+        word = builder.shl(word, ir.Constant(ir.IntType(32), 16))  # bfloat16 is float32's top half
+        return builder.bitcast(word, ir.FloatType())
+
+    return types.float32(types.int16), codegen
 
 
 def order_key(v):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
 
-def is_nan(v, half_inf_bits):  # pragma: no cover - replaced by the overload inside numba
+def is_nan(v):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
 
 @overload(order_key)
 def _order_key(v):
     if v == types.uint16:
-
-        def half_key(v):
-            magnitude = np.int32(v & 0x7FFF)
-            return -magnitude if v & 0x8000 else magnitude
-
-        return half_key
+        return lambda v: _float16_bits_to_float32(v)
+    if v == types.int16:
+        return lambda v: _bfloat16_bits_to_float32(v)
     if isinstance(v, (types.Float, types.Integer)):
         return lambda v: v
     return None
 
 
 @overload(is_nan)
-def _is_nan(v, half_inf_bits):
-    if v == types.uint16:
-        return lambda v, half_inf_bits: (v & 0x7FFF) > half_inf_bits
-    if isinstance(v, types.Float):
-        return lambda v, half_inf_bits: v != v
+def _is_nan(v):
+    if isinstance(v, types.Float) or v in (types.uint16, types.int16):
+
+        def nan(v):
+            key = order_key(v)
+            return key != key
+
+        return nan
     if isinstance(v, types.Integer):
-        return lambda v, half_inf_bits: False
+        return lambda v: False
     return None

@@ -18,14 +18,14 @@ from .ordering import is_nan, order_key
 
 
 @njit(cache=True, nogil=True)
-def _max_inside(xp, origin, window_taps, half_inf_bits):
+def _max_inside(xp, origin, window_taps):
     """Offset of the winning tap of a window lying wholly inside the plane."""
     # Branch-free running maximum: about 5x faster than stopping at a NaN, whose
     # unpredictable branches stall.  NaN is rare, so it is only noted here and its first
     # occurrence looked up afterwards.
     best = origin
     best_key = order_key(xp[origin])
-    seen_nan = is_nan(xp[origin], half_inf_bits)
+    seen_nan = is_nan(xp[origin])
     for t in range(1, window_taps.size):
         offset = origin + window_taps[t]
         v = xp[offset]
@@ -33,16 +33,16 @@ def _max_inside(xp, origin, window_taps, half_inf_bits):
         greater = key > best_key
         best = offset if greater else best
         best_key = key if greater else best_key
-        seen_nan |= is_nan(v, half_inf_bits)
+        seen_nan |= is_nan(v)
     if seen_nan:
         for t in range(window_taps.size):
-            if is_nan(xp[origin + window_taps[t]], half_inf_bits):
+            if is_nan(xp[origin + window_taps[t]]):
                 return origin + window_taps[t]
     return best
 
 
 @njit(cache=True, nogil=True)
-def _max_on_border(xp, o, j, first, lo, hi, in_shape, dilations, half_inf_bits):
+def _max_on_border(xp, o, j, first, lo, hi, in_shape, dilations):
     """Offset of the winning in-bounds tap of a window that crosses the border, or -1.
 
     ``o`` is the output coordinate; ``j`` is scratch space for the kernel offsets."""
@@ -67,7 +67,7 @@ def _max_on_border(xp, o, j, first, lo, hi, in_shape, dilations, half_inf_bits):
         if best < 0:
             best = row + j_lo * d_last
             best_key = order_key(xp[best])
-            if is_nan(xp[best], half_inf_bits):
+            if is_nan(xp[best]):
                 return best
         # Branch-free selects: data-dependent branches here mispredict about half the time.
         seen_nan = False
@@ -78,10 +78,10 @@ def _max_on_border(xp, o, j, first, lo, hi, in_shape, dilations, half_inf_bits):
             greater = key > best_key
             best = offset if greater else best
             best_key = key if greater else best_key
-            seen_nan |= is_nan(v, half_inf_bits)
+            seen_nan |= is_nan(v)
         if seen_nan:  # rare: the first NaN of this row wins
             for jl in range(j_lo, j_hi):
-                if is_nan(xp[row + jl * d_last], half_inf_bits):
+                if is_nan(xp[row + jl * d_last]):
                     return row + jl * d_last
         if not next_in_ranges(j, o, lo, hi, last):  # next row of taps
             return best
@@ -103,7 +103,7 @@ def reported_index(offset, column_major, in_shape, in_strides):
 
 @njit(parallel=True, cache=True, nogil=True)
 def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, kernel,
-               dilations, column_major, empty_value, half_inf_bits):
+               dilations, column_major, empty_value):
     """Fill ``y[p, q]`` (and ``indices[p, q]`` when ``want_indices``) for every plane ``p``
     and flat output position ``q``.
 
@@ -112,7 +112,6 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
     in_shape, out_shape, kernel, dilations : (rank,) int64
     column_major : report indices first-axis-fastest (storage_order 1) instead of row-major
     empty_value : what a window with no in-bounds tap yields (its index is -1)
-    half_inf_bits : NaN threshold when x holds half-precision bits (uint16), else unused
     """
     planes, plane_size = x.shape
     rank = in_shape.size
@@ -164,7 +163,7 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
             if row_inside and inner_lo < inner_hi:
                 origin = row_origin + first[last, inner_lo]
                 for ol in range(inner_lo, inner_hi):
-                    best = _max_inside(xp, origin, window_taps, half_inf_bits)
+                    best = _max_inside(xp, origin, window_taps)
                     origin += step_last
                     yp[q0 + ol] = xp[best]
                     if want_indices:
@@ -177,8 +176,7 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
                 if border_lo <= ol < border_hi:
                     continue
                 o[last] = ol
-                best = _max_on_border(xp, o, j, first, lo, hi, in_shape, dilations,
-                                      half_inf_bits)
+                best = _max_on_border(xp, o, j, first, lo, hi, in_shape, dilations)
                 if best < 0:
                     yp[q0 + ol] = empty_value
                     if want_indices:
@@ -197,64 +195,64 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
 # instead, or folding the variants into one loop with mode flags, keeps it scalar: 8x slower.
 
 @njit(cache=True, nogil=True)
-def _beats(v, held, half_inf_bits):
+def _beats(v, held):
     """Whether a later tap ``v`` replaces the ``held`` one: it is greater, or it is the first
     NaN (a held NaN stays).  Bitwise, not short-circuit, logic: no branches."""
-    return (not is_nan(held, half_inf_bits)) & (
-        is_nan(v, half_inf_bits) | (order_key(v) > order_key(held)))
+    return (not is_nan(held)) & (
+        is_nan(v) | (order_key(v) > order_key(held)))
 
 
 @njit(cache=True, nogil=True)
-def _keep_first_max(later, held, half_inf_bits):
+def _keep_first_max(later, held):
     """``held[i] = later[i]`` where that beats it: greater, or the first NaN."""
     for i in range(held.size):
         v = later[i]
         h = held[i]
-        take = _beats(v, h, half_inf_bits)
+        take = _beats(v, h)
         held[i] = v if take else h
 
 
 @njit(cache=True, nogil=True)
-def _first_max_of_two(earlier, later, held, half_inf_bits):
+def _first_max_of_two(earlier, later, held):
     """``held[i]`` = ``later[i]`` where it beats ``earlier[i]`` (greater, or the first NaN),
     else ``earlier[i]``."""
     for i in range(held.size):
         v = later[i]
         h = earlier[i]
-        take = _beats(v, h, half_inf_bits)
+        take = _beats(v, h)
         held[i] = v if take else h
 
 
 @njit(cache=True, nogil=True)
-def _first_max_of_three(earlier, middle, later, held, half_inf_bits):
+def _first_max_of_three(earlier, middle, later, held):
     """:func:`_first_max_of_two` over three taps in one sweep (the common 3-wide kernel)."""
     for i in range(held.size):
         h = earlier[i]
         v = middle[i]
-        h = v if _beats(v, h, half_inf_bits) else h
+        h = v if _beats(v, h) else h
         v = later[i]
-        held[i] = v if _beats(v, h, half_inf_bits) else h
+        held[i] = v if _beats(v, h) else h
 
 
 @njit(cache=True, nogil=True)
-def _keep_first_max_at(later, held, held_index, shift, half_inf_bits):
+def _keep_first_max_at(later, held, held_index, shift):
     """:func:`_keep_first_max`, recording the winner's position (``i + shift``)."""
     for i in range(held.size):
         v = later[i]
         h = held[i]
-        take = _beats(v, h, half_inf_bits)
+        take = _beats(v, h)
         held[i] = v if take else h
         h_index = held_index[i]  # loaded before the select, or it stays scalar (8x slower)
         held_index[i] = i + shift if take else h_index
 
 
 @njit(cache=True, nogil=True)
-def _keep_first_max_from(later, later_index, held, held_index, half_inf_bits):
+def _keep_first_max_from(later, later_index, held, held_index):
     """:func:`_keep_first_max`, carrying the winner's recorded position along."""
     for i in range(held.size):
         v = later[i]
         h = held[i]
-        take = _beats(v, h, half_inf_bits)
+        take = _beats(v, h)
         held[i] = v if take else h
         v_index = later_index[i]  # both loaded before the select, or it stays scalar
         h_index = held_index[i]
@@ -262,20 +260,19 @@ def _keep_first_max_from(later, later_index, held, held_index, half_inf_bits):
 
 
 @njit(cache=True, nogil=True)
-def _first_max_of_two_at(earlier, later, held, held_index, shift, step, half_inf_bits):
+def _first_max_of_two_at(earlier, later, held, held_index, shift, step):
     """:func:`_first_max_of_two`, recording the winner's position: ``i + shift`` for the
     earlier tap, ``i + shift + step`` for the later one."""
     for i in range(held.size):
         v = later[i]
         h = earlier[i]
-        take = _beats(v, h, half_inf_bits)
+        take = _beats(v, h)
         held[i] = v if take else h
         held_index[i] = i + shift + step if take else i + shift
 
 
 @njit(cache=True, nogil=True)
-def _first_max_of_two_from(earlier, earlier_index, later, later_index, held, held_index,
-                           half_inf_bits):
+def _first_max_of_two_from(earlier, earlier_index, later, later_index, held, held_index):
     """:func:`_first_max_of_two`, carrying the winner's recorded position along.
 
     Not :func:`_keep_first_max_from` called with ``earlier`` as ``held``: the overlap check
@@ -283,7 +280,7 @@ def _first_max_of_two_from(earlier, earlier_index, later, later_index, held, hel
     for i in range(held.size):
         v = later[i]
         h = earlier[i]
-        take = _beats(v, h, half_inf_bits)
+        take = _beats(v, h)
         held[i] = v if take else h
         v_index = later_index[i]  # both loaded before the select, or it stays scalar
         h_index = earlier_index[i]
@@ -295,45 +292,44 @@ def _first_max_of_two_from(earlier, earlier_index, later, later_index, held, hel
 # positions, is not.  So odd kernels keep each pair's first element in the same sweep.
 
 @njit(cache=True, nogil=True)
-def _first_max_of_pairs(src, held, half_inf_bits):
+def _first_max_of_pairs(src, held):
     """``held[j]`` = the first maximum (first NaN) of ``src[2*j]``, ``src[2*j + 1]``."""
     for j in range(held.size):
         h = src[2 * j]
         v = src[2 * j + 1]
-        held[j] = v if _beats(v, h, half_inf_bits) else h
+        held[j] = v if _beats(v, h) else h
 
 
 @njit(cache=True, nogil=True)
-def _first_max_of_pairs_at(src, held, held_index, shift, half_inf_bits):
+def _first_max_of_pairs_at(src, held, held_index, shift):
     """:func:`_first_max_of_pairs`, recording the winner's position (``2*j + shift``, + 1
     for the second of the pair)."""
     for j in range(held.size):
         h = src[2 * j]
         v = src[2 * j + 1]
-        take = _beats(v, h, half_inf_bits)
+        take = _beats(v, h)
         held[j] = v if take else h
         held_index[j] = 2 * j + shift + 1 if take else 2 * j + shift
 
 
 @njit(cache=True, nogil=True)
-def _first_max_of_pairs_and_evens(src, held, even, half_inf_bits):
+def _first_max_of_pairs_and_evens(src, held, even):
     """:func:`_first_max_of_pairs`, also copying ``even[j] = src[2*j]``."""
     for j in range(held.size):
         h = src[2 * j]
         v = src[2 * j + 1]
-        held[j] = v if _beats(v, h, half_inf_bits) else h
+        held[j] = v if _beats(v, h) else h
         even[j] = h
 
 
 @njit(cache=True, nogil=True)
-def _first_max_of_pairs_and_evens_at(src, held, held_index, even, even_index, shift,
-                                     half_inf_bits):
+def _first_max_of_pairs_and_evens_at(src, held, held_index, even, even_index, shift):
     """:func:`_first_max_of_pairs_at`, also copying ``even[j] = src[2*j]`` (at
     ``2*j + shift``)."""
     for j in range(held.size):
         h = src[2 * j]
         v = src[2 * j + 1]
-        take = _beats(v, h, half_inf_bits)
+        take = _beats(v, h)
         held[j] = v if take else h
         held_index[j] = 2 * j + shift + 1 if take else 2 * j + shift
         even[j] = h
@@ -342,7 +338,7 @@ def _first_max_of_pairs_and_evens_at(src, held, held_index, even, even_index, sh
 
 @njit(cache=True, nogil=True)
 def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, want_indices,
-                    record, half_inf_bits):
+                    record):
     """``dst[:count]`` = the first maximum (first NaN) of ``src[start + t*step:][:count]``
     over taps t in order; with ``want_indices`` their positions too, recorded as ``record``
     plus the offset in ``src`` (``record`` >= 0) or carried along from ``src_index``."""
@@ -353,14 +349,12 @@ def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, wa
             held[:] = first_tap
         elif taps == 3:
             _first_max_of_three(first_tap, src[start + step:start + step + count],
-                                src[start + 2 * step:start + 2 * step + count], held,
-                                half_inf_bits)
+                                src[start + 2 * step:start + 2 * step + count], held)
         else:
-            _first_max_of_two(first_tap, src[start + step:start + step + count], held,
-                              half_inf_bits)
+            _first_max_of_two(first_tap, src[start + step:start + step + count], held)
             for t in range(2, taps):
                 shift = start + t * step
-                _keep_first_max(src[shift:shift + count], held, half_inf_bits)
+                _keep_first_max(src[shift:shift + count], held)
         return
     held_index = dst_index[:count]
     if taps == 1:
@@ -375,30 +369,29 @@ def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, wa
     second = start + step
     if record >= 0:
         _first_max_of_two_at(first_tap, src[second:second + count], held, held_index,
-                             record + start, step, half_inf_bits)
+                             record + start, step)
     else:
         _first_max_of_two_from(first_tap, src_index[start:start + count],
                                src[second:second + count], src_index[second:second + count],
-                               held, held_index, half_inf_bits)
+                               held, held_index)
     for t in range(2, taps):
         shift = start + t * step
         if record >= 0:
-            _keep_first_max_at(src[shift:shift + count], held, held_index, record + shift,
-                               half_inf_bits)
+            _keep_first_max_at(src[shift:shift + count], held, held_index, record + shift)
         else:
             _keep_first_max_from(src[shift:shift + count], src_index[shift:shift + count],
-                                 held, held_index, half_inf_bits)
+                                 held, held_index)
 
 
 @njit(cache=True, nogil=True)
-def _first_max_scan(src, at, step, taps, half_inf_bits):
+def _first_max_scan(src, at, step, taps):
     """Offset of the first maximum (first NaN) of ``src[at + t*step]`` over taps t: a short
     scalar scan, branch-free (the branches would be unpredictable)."""
     best = at
     held = src[at]
     for t in range(1, taps):
         v = src[at + t * step]
-        take = _beats(v, held, half_inf_bits)
+        take = _beats(v, held)
         best = at + t * step if take else best
         held = v if take else held
     return best
@@ -406,7 +399,7 @@ def _first_max_scan(src, at, step, taps, half_inf_bits):
 
 @njit(cache=True, nogil=True)
 def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, extent, kernel,
-               dilations, starts, slot, cut, cut_count, want_indices, record, half_inf_bits):
+               dilations, starts, slot, cut, cut_count, want_indices, record):
     """One separable pass along axis ``a`` of a staged slab of ``size`` elements, laid out as
     blocks of ``extent`` rows of ``inner`` elements, the same layout in ``src`` and ``dst``.
 
@@ -418,7 +411,7 @@ def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, ex
     step = dilations[a] * inner
     if starts[a] > 0:
         _first_max_rows(src, src_index, dst, dst_index, 0, step, kernel[a],
-                        size - (kernel[a] - 1) * step, want_indices, record, half_inf_bits)
+                        size - (kernel[a] - 1) * step, want_indices, record)
     for u in range(size // (extent * inner)):
         for c in range(cut_count[a]):
             o = cut[a, c]
@@ -428,9 +421,9 @@ def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, ex
             if inner > 1:
                 _first_max_rows(src, src_index, dst[to:to + inner],
                                 dst_index[to:to + inner] if want_indices else dst_index, at,
-                                step, taps, inner, want_indices, record, half_inf_bits)
+                                step, taps, inner, want_indices, record)
                 continue
-            best = _first_max_scan(src, at, step, taps, half_inf_bits)  # the last axis
+            best = _first_max_scan(src, at, step, taps)  # the last axis
             dst[to] = src[best]
             if want_indices:
                 dst_index[to] = record + best if record >= 0 else src_index[best]
@@ -438,7 +431,7 @@ def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, ex
 
 @njit(cache=True, nogil=True)
 def _pairs_pass(src, dst, dst_index, scratch, scratch_index, size, extent, first, lo, hi,
-                kernel, cut, cut_count, want_indices, record, half_inf_bits):
+                kernel, cut, cut_count, want_indices, record):
     """The last axis at stride 2 and dilation 1, of even ``extent``: output o of row r goes to
     ``dst[r*extent/2 + o]``, so the pass halves the slab (``size`` elements of ``src``).
 
@@ -447,7 +440,7 @@ def _pairs_pass(src, dst, dst_index, scratch, scratch_index, size, extent, first
     neighbours, and the window's taps are then folded pair by pair (and the last, even, tap
     of an odd kernel).  Outputs whose window the padding cuts get garbage there, then their
     in-bounds taps' maximum by a short scan, row by row.  ``scratch`` holds the pairs'
-    maxima and first elements: ``size + kernel[last]`` elements."""
+    maxima and first elements: ``size + 1`` elements at most."""
     last = first.shape[0] - 1
     k = kernel[last]
     offset = first[last, 0]
@@ -463,9 +456,9 @@ def _pairs_pass(src, dst, dst_index, scratch, scratch_index, size, extent, first
         paired = src[at:]
         if k == 2:
             if want_indices:
-                _first_max_of_pairs_at(paired, held, held_index, record + at, half_inf_bits)
+                _first_max_of_pairs_at(paired, held, held_index, record + at)
             else:
-                _first_max_of_pairs(paired, held, half_inf_bits)
+                _first_max_of_pairs(paired, held)
         else:
             maxima = scratch[:pairs]
             maxima_index = scratch_index[:pairs] if want_indices else scratch_index
@@ -475,31 +468,30 @@ def _pairs_pass(src, dst, dst_index, scratch, scratch_index, size, extent, first
                     else scratch_index
                 if want_indices:
                     _first_max_of_pairs_and_evens_at(paired, maxima, maxima_index, even,
-                                                     even_index, record + at, half_inf_bits)
+                                                     even_index, record + at)
                     even_index[pairs] = record + at + 2 * pairs
                 else:
-                    _first_max_of_pairs_and_evens(paired, maxima, even, half_inf_bits)
+                    _first_max_of_pairs_and_evens(paired, maxima, even)
                 even[pairs] = paired[2 * pairs]  # past the last whole pair
                 last_tap = even[k // 2:k // 2 + count]
                 last_tap_index = even_index[k // 2:k // 2 + count] if want_indices \
                     else even_index
             elif want_indices:
-                _first_max_of_pairs_at(paired, maxima, maxima_index, record + at,
-                                       half_inf_bits)
+                _first_max_of_pairs_at(paired, maxima, maxima_index, record + at)
             else:
-                _first_max_of_pairs(paired, maxima, half_inf_bits)
+                _first_max_of_pairs(paired, maxima)
             _first_max_rows(maxima, maxima_index, held, held_index, 0, 1, k // 2, count,
-                            want_indices, -1, half_inf_bits)
+                            want_indices, -1)
             if k % 2 and want_indices:
-                _keep_first_max_from(last_tap, last_tap_index, held, held_index, half_inf_bits)
+                _keep_first_max_from(last_tap, last_tap_index, held, held_index)
             elif k % 2:
-                _keep_first_max(last_tap, held, half_inf_bits)
+                _keep_first_max(last_tap, held)
     width = extent // 2
     for r in range(size // extent):
         for c in range(cut_count[last]):
             o = cut[last, c]
             best = _first_max_scan(src, r * extent + first[last, o] + lo[last, o], 1,
-                                   hi[last, o] - lo[last, o], half_inf_bits)
+                                   hi[last, o] - lo[last, o])
             dst[r * width + o] = src[best]
             if want_indices:
                 dst_index[r * width + o] = record + best
@@ -507,7 +499,7 @@ def _pairs_pass(src, dst, dst_index, scratch, scratch_index, size, extent, first
 
 @njit(parallel=True, cache=True, nogil=True)
 def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape,
-                         kernel, dilations, column_major, empty_value, half_inf_bits, chunks,
+                         kernel, dilations, column_major, empty_value, chunks,
                          slab_rows, starts, slot, cut, cut_count, pairs):
     """The same contract as :func:`window_max`, computed by separable passes.
 
@@ -557,9 +549,10 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
     # then reduce at every window start of the slab in one loop, as the other axes are, and
     # stage the cut windows in rows after the slab's.
     flat_first = inner0 < 512
-    capacity = (max(slab_in_rows, slab_rows) + cut_count[0]) * in_strides[0] if rank > 1 \
+    cut_rows = min(cut_count[0], slab_rows) if flat_first else 0
+    capacity = (max(slab_in_rows, slab_rows) + cut_rows) * in_strides[0] if rank > 1 \
         else plane_size
-    capacity += kernel[last]  # (the pairs pass's scratch)
+    capacity += 1  # the pairs pass's scratch takes 2*count + k - 1 <= size + 1 elements
     out_inner = 1  # outputs per output row along the first axis
     for a in range(1, rank):
         out_inner *= out_shape[a]
@@ -586,19 +579,18 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                 if pairs:
                     _pairs_pass(slab, values[0], positions[0], values[1], positions[1], size,
                                 in_shape[last], first, lo, hi, kernel, cut, cut_count,
-                                want_indices, plane_offset + start, half_inf_bits)
+                                want_indices, plane_offset + start)
                     size //= 2
                 else:
                     _axis_pass(slab, positions[1], values[0], positions[0], size, last, 1,
                                first, lo, hi, in_shape[last], kernel, dilations, starts, slot,
-                               cut, cut_count, want_indices, plane_offset + start,
-                               half_inf_bits)
+                               cut, cut_count, want_indices, plane_offset + start)
                 side = 0
                 for a in range(last - 1, 0, -1):
                     _axis_pass(values[side], positions[side], values[1 - side],
                                positions[1 - side], size, a, strides[a], first, lo, hi,
                                in_shape[a], kernel, dilations, starts, slot, cut, cut_count,
-                               want_indices, -1, half_inf_bits)
+                               want_indices, -1)
                     side = 1 - side
                 if rank > 1:  # the first axis
                     src = values[side]
@@ -609,7 +601,7 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                     if flat_first and joined > 0:  # every window start of the slab at once
                         _first_max_rows(src, src_index, values[1 - side], positions[1 - side],
                                         0, dilations[0] * inner0, kernel[0], joined * inner0,
-                                        want_indices, -1, half_inf_bits)
+                                        want_indices, -1)
                     for oa in range(o0, o1):
                         taps = hi[0, oa] - lo[0, oa]
                         at = (first[0, oa] + lo[0, oa] * dilations[0] - r_lo) * inner0
@@ -628,7 +620,7 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                         _first_max_rows(src, src_index, values[1 - side, to:to + inner0],
                                         positions[1 - side, to:to + inner0] if want_indices
                                         else positions[1 - side], at, dilations[0] * inner0,
-                                        taps, inner0, want_indices, -1, half_inf_bits)
+                                        taps, inner0, want_indices, -1)
                     side = 1 - side
                 # Every output of the slab reads its result.
                 staged = values[side]

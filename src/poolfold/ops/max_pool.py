@@ -194,9 +194,9 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
     planes = x.shape[0] * x.shape[1]
     if planes == 0:
         return y, indices
-    xs, half_inf_bits = dtypes.comparable(np.ascontiguousarray(x).reshape(planes, -1))
-    ys, _ = dtypes.comparable(y.reshape(planes, -1))
-    empty_value, _ = dtypes.comparable(dtypes.lowest(x.dtype))
+    xs = dtypes.comparable(np.ascontiguousarray(x).reshape(planes, -1))
+    ys = dtypes.comparable(y.reshape(planes, -1))
+    empty_value = dtypes.comparable(dtypes.lowest(x.dtype))
     taps = plan.taps
     arguments = (
         xs,
@@ -212,7 +212,6 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
         np.array(plan.dilations, np.int64),
         storage_order == 1,
         empty_value[()],
-        half_inf_bits,
     )
     chunks = min(planes, kernel_threads())  # one group of planes per thread
     item_bytes = x.itemsize + (8 if return_indices else 0)
