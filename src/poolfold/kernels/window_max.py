@@ -189,6 +189,9 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
             next_in_shape(o, out_shape, last)  # next row of outputs
 
 
+# Constant arguments are passed as ``np.int64(c)``: numba compiles a helper once more for each
+# literal value it is called with, and each copy cost seconds of first-call compile time.
+
 # The loops below are the whole cost of a separable pass.  Each is a straight loop over a
 # plane with no branches, indexing views that were sliced to line up beforehand, which LLVM
 # vectorises (about 0.1 ns per element).  Indexing ``src[i + shift]`` with a run-time shift
@@ -410,7 +413,7 @@ def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, ex
     ``slot[a, o]``, one of those garbage rows."""
     step = dilations[a] * inner
     if starts[a] > 0:
-        _first_max_rows(src, src_index, dst, dst_index, 0, step, kernel[a],
+        _first_max_rows(src, src_index, dst, dst_index, np.int64(0), step, kernel[a],
                         size - (kernel[a] - 1) * step, want_indices, record)
     for u in range(size // (extent * inner)):
         for c in range(cut_count[a]):
@@ -480,8 +483,8 @@ def _pairs_pass(src, dst, dst_index, scratch, scratch_index, size, extent, first
                 _first_max_of_pairs_at(paired, maxima, maxima_index, record + at)
             else:
                 _first_max_of_pairs(paired, maxima)
-            _first_max_rows(maxima, maxima_index, held, held_index, 0, 1, k // 2, count,
-                            want_indices, -1)
+            _first_max_rows(maxima, maxima_index, held, held_index, np.int64(0), np.int64(1),
+                            k // 2, count, want_indices, np.int64(-1))
             if k % 2 and want_indices:
                 _keep_first_max_from(last_tap, last_tap_index, held, held_index)
             elif k % 2:
@@ -490,7 +493,7 @@ def _pairs_pass(src, dst, dst_index, scratch, scratch_index, size, extent, first
     for r in range(size // extent):
         for c in range(cut_count[last]):
             o = cut[last, c]
-            best = _first_max_scan(src, r * extent + first[last, o] + lo[last, o], 1,
+            best = _first_max_scan(src, r * extent + first[last, o] + lo[last, o], np.int64(1),
                                    hi[last, o] - lo[last, o])
             dst[r * width + o] = src[best]
             if want_indices:
@@ -521,8 +524,8 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
 
     ``starts``, ``slot``, ``cut`` and ``cut_count`` say where each axis stages its results
     (see :func:`_axis_pass` and ``poolfold.ops.max_pool.separable_staging``, which also
-    refuses plans whose cut windows do not fit, and chooses ``pairs``).  A window with no in-bounds tap yields
-    ``empty_value`` (index -1), patched in at the end.
+    refuses plans whose cut windows do not fit, and chooses ``pairs``).  A window with no
+    in-bounds tap yields ``empty_value`` (index -1), patched in at the end.
     """
     planes, plane_size = x.shape
     rank = in_shape.size
@@ -582,7 +585,7 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                                 want_indices, plane_offset + start)
                     size //= 2
                 else:
-                    _axis_pass(slab, positions[1], values[0], positions[0], size, last, 1,
+                    _axis_pass(slab, positions[1], values[0], positions[0], size, last, np.int64(1),
                                first, lo, hi, in_shape[last], kernel, dilations, starts, slot,
                                cut, cut_count, want_indices, plane_offset + start)
                 side = 0
@@ -590,7 +593,7 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                     _axis_pass(values[side], positions[side], values[1 - side],
                                positions[1 - side], size, a, strides[a], first, lo, hi,
                                in_shape[a], kernel, dilations, starts, slot, cut, cut_count,
-                               want_indices, -1)
+                               want_indices, np.int64(-1))
                     side = 1 - side
                 if rank > 1:  # the first axis
                     src = values[side]
@@ -600,8 +603,8 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                     joined = rows_in - (kernel[0] - 1) * dilations[0]
                     if flat_first and joined > 0:  # every window start of the slab at once
                         _first_max_rows(src, src_index, values[1 - side], positions[1 - side],
-                                        0, dilations[0] * inner0, kernel[0], joined * inner0,
-                                        want_indices, -1)
+                                        np.int64(0), dilations[0] * inner0, kernel[0],
+                                        joined * inner0, want_indices, np.int64(-1))
                     for oa in range(o0, o1):
                         taps = hi[0, oa] - lo[0, oa]
                         at = (first[0, oa] + lo[0, oa] * dilations[0] - r_lo) * inner0
@@ -620,7 +623,7 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                         _first_max_rows(src, src_index, values[1 - side, to:to + inner0],
                                         positions[1 - side, to:to + inner0] if want_indices
                                         else positions[1 - side], at, dilations[0] * inner0,
-                                        taps, inner0, want_indices, -1)
+                                        taps, inner0, want_indices, np.int64(-1))
                     side = 1 - side
                 # Every output of the slab reads its result.
                 staged = values[side]
