@@ -290,6 +290,41 @@ def _first_max_of_two_from(earlier, earlier_index, later, later_index, held, hel
         held_index[i] = v_index if take else h_index
 
 
+@njit(cache=True, nogil=True)
+def _first_max_of_three_at(earlier, middle, later, held, held_index, shift, step):
+    """:func:`_first_max_of_two_at` over three taps in one sweep (the third at
+    ``i + shift + 2*step``)."""
+    for i in range(held.size):
+        h = earlier[i]
+        v = middle[i]
+        take = _beats(v, h)
+        h = v if take else h
+        h_index = i + shift + step if take else i + shift
+        v = later[i]
+        take = _beats(v, h)
+        held[i] = v if take else h
+        held_index[i] = i + shift + 2 * step if take else h_index
+
+
+@njit(cache=True, nogil=True)
+def _first_max_of_three_from(earlier, earlier_index, middle, middle_index, later, later_index,
+                             held, held_index):
+    """:func:`_first_max_of_two_from` over three taps in one sweep."""
+    for i in range(held.size):
+        h = earlier[i]
+        v = middle[i]
+        take = _beats(v, h)
+        h = v if take else h
+        v_index = middle_index[i]  # loaded before the select, or it stays scalar
+        h_index = earlier_index[i]
+        h_index = v_index if take else h_index
+        v = later[i]
+        take = _beats(v, h)
+        held[i] = v if take else h
+        v_index = later_index[i]
+        held_index[i] = v_index if take else h_index
+
+
 # Stride 2 along the last axis: reading a pair of neighbours per output is an access LLVM
 # vectorises (interleaved loads); a third tap at ``2*j + 2``, or a loop copying only the even
 # positions, is not.  So odd kernels keep each pair's first element in the same sweep.
@@ -368,8 +403,19 @@ def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, wa
         else:
             held_index[:] = src_index[start:start + count]
         return
-    # The first two taps in one sweep, then one sweep per further tap.
     second = start + step
+    third = second + step
+    if taps == 3 and record >= 0:  # the common 3-wide kernel in one sweep
+        _first_max_of_three_at(first_tap, src[second:second + count], src[third:third + count],
+                               held, held_index, record + start, step)
+        return
+    if taps == 3:
+        _first_max_of_three_from(first_tap, src_index[start:start + count],
+                                 src[second:second + count], src_index[second:second + count],
+                                 src[third:third + count], src_index[third:third + count],
+                                 held, held_index)
+        return
+    # The first two taps in one sweep, then one sweep per further tap.
     if record >= 0:
         _first_max_of_two_at(first_tap, src[second:second + count], held, held_index,
                              record + start, step)
