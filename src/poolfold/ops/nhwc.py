@@ -52,7 +52,7 @@ def max_pool(
     ``x`` is ``(N, D1, ..., Dr, C)`` and so is Y; Indices (with ``return_indices``) are the
     ai.onnx MaxPool's on the NCHW tensor: shape ``(N, C, out...)``, NCHW-flat values.
     ``activation`` (Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid) with its
-    ``activation_params`` is applied to every element of Y as it is stored.
+    ``activation_params`` is applied to every element of Y (empty windows included).
 
     >>> import numpy as np
     >>> x = np.arange(32, dtype=np.float32).reshape(1, 4, 4, 2) - 16   # N, H, W, C
