@@ -1,5 +1,5 @@
-"""Fused activations, applied by kernels as they store each output element (or over Y just
-after it, by :func:`activate_in_place`, where the values come from a kernel without them).
+"""Fused activations, applied by kernels as they store each output element, or over Y
+afterwards by :func:`activate_in_place` when the kernel that computed Y applies none.
 
 Each activation is a code (the names are in :mod:`poolfold.activations`) with up to two
 float64 parameters.  Values are computed in float64 and rounded once when stored in Y's type;
