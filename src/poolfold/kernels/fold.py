@@ -11,48 +11,49 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
+from .half import HALF_BITS, as_float32
 from .odometer import next_in_ranges, next_in_shape
 
 
-def add_into(acc, i, v, table):  # pragma: no cover - replaced by the overload inside numba
+def add_into(acc, i, v):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
 
 @overload(add_into)
-def _add_into(acc, i, v, table):
-    if acc.dtype == types.float32 and v == types.uint16:
+def _add_into(acc, i, v):
+    if acc.dtype == types.float32 and v in HALF_BITS:
         # float16 / bfloat16 bits, accumulated in float32 (the caller rounds once at the end).
-        def add_half(acc, i, v, table):
-            acc[i] += table[v]
+        def add_half(acc, i, v):
+            acc[i] += as_float32(v)
 
         return add_half
     if acc.dtype == types.boolean:
 
-        def add_bool(acc, i, v, table):  # bool sums are logical OR
+        def add_bool(acc, i, v):  # bool sums are logical OR
             acc[i] = acc[i] or v
 
         return add_bool
 
-    def add(acc, i, v, table):  # integers wrap on the store back into their own type
+    def add(acc, i, v):  # integers wrap on the store back into their own type
         acc[i] += v
 
     return add
 
 
 @njit(cache=True, nogil=True)
-def _add_run(acc, values, table):
+def _add_run(acc, values):
     """``acc[i] += values[i]`` (in the accumulation rule of the types) along a run of taps;
     both are views sliced to line up, which lets LLVM vectorise the contiguous case."""
     for i in range(values.size):
-        add_into(acc, i, values[i], table)
+        add_into(acc, i, values[i])
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def fold(x, out, table, first, lo, hi, image_shape, block_shape, grid_shape, dilations):
+def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations):
     """``out[p, position(l, k)] += x[p, k, l]`` for every in-image tap; ``out`` is overwritten.
 
     x : (planes, K, L);  out : (planes, prod(image_shape)), the accumulator type
-    table : float32 values of half bit patterns when x holds them (uint16), else unused
+    x holds the bits of half types (see :mod:`poolfold.kernels.half`); out is float32 then
     first, lo, hi : the tap table of the block grid, (rank, max grid size)
     image_shape, block_shape, grid_shape, dilations : (rank,) int64
     """
@@ -122,18 +123,16 @@ def fold(x, out, table, first, lo, hi, image_shape, block_shape, grid_shape, dil
                         for i in range(gap):
                             saved[(r - 1) * gap + i] = acc[start + r * row_blocks - gap + i]
                     span = (rows - 1) * row_blocks + n
-                    _add_run(acc[start:start + span],
-                             xp[k, block_row + g0:block_row + g0 + span], table)
+                    _add_run(acc[start:start + span], xp[k, block_row + g0:block_row + g0 + span])
                     for r in range(1, rows):
                         for i in range(gap):
                             acc[start + r * row_blocks - gap + i] = saved[(r - 1) * gap + i]
                     g[last - 1] += rows - 1  # the rows joined in are done
                 elif step_last == 1:  # contiguous on both sides: the loop vectorises
-                    _add_run(acc[start:start + n], xp[k, block_row + g0:block_row + g0 + n],
-                             table)
+                    _add_run(acc[start:start + n], xp[k, block_row + g0:block_row + g0 + n])
                 else:
                     _add_run(acc[start:start + (n - 1) * step_last + 1:step_last],
-                             xp[k, block_row + g0:block_row + g0 + n], table)
+                             xp[k, block_row + g0:block_row + g0 + n])
                 # Next row of blocks along the outer axes.
                 empty = not next_in_ranges(g, k_at, g_lo, g_hi, last)
             next_in_shape(k_at, block_shape, rank)  # next block offset

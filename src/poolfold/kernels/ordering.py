@@ -1,36 +1,17 @@
 """How comparison kernels order values, including the half types numba lacks.
 
-float16 and bfloat16 tensors reach the comparison kernels as views of their bits, told apart
-by type: ``uint16`` for float16 and ``int16`` for bfloat16 (see
-:func:`poolfold.dtypes.comparable`).  :func:`order_key` widens such bits to the float32 of
-the same value, exactly (float16 by the CPU's half conversion, vectorised with F16C;
-bfloat16 by a shift), so they order, tie (-0.0 and +0.0) and test NaN as the floats do.
-Other types are their own key.
+float16 and bfloat16 values reach the comparison kernels as bits (see
+:mod:`poolfold.kernels.half`); :func:`order_key` reads them as the float32 of the same value,
+so they order, tie (-0.0 and +0.0) and test NaN as the floats do.  Other types are their own
+key.
 """
 
 from __future__ import annotations
 
-from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 
-
-@intrinsic
-def _float16_bits_to_float32(typingctx, bits):
-    def codegen(context, builder, signature, args):
-        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
-
-    return types.float32(types.uint16), codegen
-
-
-@intrinsic
-def _bfloat16_bits_to_float32(typingctx, bits):
-    def codegen(context, builder, signature, args):
-        word = builder.zext(args[0], ir.IntType(32))
-        word = builder.shl(word, ir.Constant(ir.IntType(32), 16))  # bfloat16 is float32's top half
-        return builder.bitcast(word, ir.FloatType())
-
-    return types.float32(types.int16), codegen
+from .half import HALF_BITS, as_float32
 
 
 def order_key(v):  # pragma: no cover - replaced by the overload inside numba
@@ -43,10 +24,8 @@ def is_nan(v):  # pragma: no cover - replaced by the overload inside numba
 
 @overload(order_key)
 def _order_key(v):
-    if v == types.uint16:
-        return lambda v: _float16_bits_to_float32(v)
-    if v == types.int16:
-        return lambda v: _bfloat16_bits_to_float32(v)
+    if v in HALF_BITS:
+        return lambda v: as_float32(v)
     if isinstance(v, (types.Float, types.Integer)):
         return lambda v: v
     return None
@@ -54,7 +33,7 @@ def _order_key(v):
 
 @overload(is_nan)
 def _is_nan(v):
-    if isinstance(v, types.Float) or v in (types.uint16, types.int16):
+    if isinstance(v, types.Float) or v in HALF_BITS:
 
         def nan(v):
             key = order_key(v)

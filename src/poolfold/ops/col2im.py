@@ -81,13 +81,11 @@ def _fold_numbers(spec, x, plan: WindowPlan, out_shape):
     if planes == 0:
         return out.astype(x.dtype) if half else out
     block_size = math.prod(plan.kernel)
-    table = dtypes.float32_table(x.dtype) if half else np.zeros(1, np.float32)
     taps = plan.taps
     launch(
         fold,
-        dtypes.bits_view(np.ascontiguousarray(x)).reshape(planes, block_size, x.shape[2]),
+        dtypes.value_view(np.ascontiguousarray(x)).reshape(planes, block_size, x.shape[2]),
         out.reshape(planes, -1),
-        table,
         taps.first,
         taps.lo,
         taps.hi,

@@ -194,9 +194,9 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
     planes = x.shape[0] * x.shape[1]
     if planes == 0:
         return y, indices
-    xs = dtypes.comparable(np.ascontiguousarray(x).reshape(planes, -1))
-    ys = dtypes.comparable(y.reshape(planes, -1))
-    empty_value = dtypes.comparable(dtypes.lowest(x.dtype))
+    xs = dtypes.value_view(np.ascontiguousarray(x).reshape(planes, -1))
+    ys = dtypes.value_view(y.reshape(planes, -1))
+    empty_value = dtypes.value_view(dtypes.lowest(x.dtype))
     taps = plan.taps
     arguments = (
         xs,
