@@ -14,6 +14,8 @@ float64 before the rounding).  Indices must equal the oracle's exactly.
 
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -22,6 +24,7 @@ from hypothesis import strategies as st
 
 import oracle
 import poolfold
+import poolfold.ops.nhwc as nhwc_module
 from poolfold import PoolfoldError, PoolfoldTypeError
 
 F16 = np.dtype(np.float16)
