@@ -78,9 +78,10 @@ def _ties_and_specials(shape, dtype, seed):
 
 
 # The separable kernel's own paths at sizes the hypothesis cases do not reach: the last
-# axis by pairs (stride 2 with an even extent, kernels 2, 4, 5 with or without cut
-# windows), and the first axis both at every window start (short rows) and at its
-# outputs only (rows of 512 elements or more).
+# axis by pairs of elements read as words (stride 2 with an even extent, kernels 1 to 6,
+# windows starting at even and odd offsets, with or without cut windows), and the first axis
+# both at every window start (short rows) and at its outputs only (rows of 512 elements or
+# more).
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.int8,
                                    np.float64])
 @pytest.mark.parametrize("spatial,kernel,strides,pads,ceil_mode", [
@@ -92,6 +93,10 @@ def _ties_and_specials(shape, dtype, seed):
     ((5, 4, 256), [2, 1, 4], [1, 1, 2], [1, 0, 2, 1, 0, 1], False),
     ((6, 4, 160), [3, 2, 3], [2, 1, 2], [1, 0, 1, 1, 1, 1], False),
     ((24,), [4], [2], [1, 2], False),
+    ((12, 14), [3, 3], [2, 2], [1, 1, 1, 1], False),
+    ((7, 16), [3, 3], [2, 2], [0, 1, 0, 1], True),
+    ((6, 10), [1, 1], [2, 2], [0, 0, 0, 0], False),
+    ((5, 22), [2, 6], [1, 2], [0, 3, 1, 2], False),
 ])
 def test_separable_paths_match_the_oracle(dtype, spatial, kernel, strides, pads, ceil_mode):
     x = _ties_and_specials((2, 3) + spatial, dtype, seed=len(spatial) * 100 + sum(spatial))

@@ -15,6 +15,7 @@ from numba import njit, prange
 
 from .odometer import next_in_ranges, next_in_shape
 from .ordering import is_nan, order_key
+from .words import EVEN_IS_HIGH, element_of_word
 
 
 @njit(cache=True, nogil=True)
@@ -200,9 +201,10 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
 @njit(cache=True, nogil=True)
 def _beats(v, held):
     """Whether a later tap ``v`` replaces the ``held`` one: it is greater, or it is the first
-    NaN (a held NaN stays).  Bitwise, not short-circuit, logic: no branches."""
-    return (not is_nan(held)) & (
-        is_nan(v) | (order_key(v) > order_key(held)))
+    NaN (a held NaN stays).  As two comparisons and no branch: "not ``v <= held``" is true
+    when v is greater or either is NaN, and ``held == held`` when held is no NaN."""
+    held_key = order_key(held)
+    return (not (order_key(v) <= held_key)) & (held_key == held_key)
 
 
 @njit(cache=True, nogil=True)
@@ -325,53 +327,91 @@ def _first_max_of_three_from(earlier, earlier_index, middle, middle_index, later
         held_index[i] = v_index if take else h_index
 
 
-# Stride 2 along the last axis: reading a pair of neighbours per output is an access LLVM
-# vectorises (interleaved loads); a third tap at ``2*j + 2``, or a loop copying only the even
-# positions, is not.  So odd kernels keep each pair's first element in the same sweep.
+# Stride 2 along the last axis: each tap of output j is a stream of words, read in a fixed
+# half (see :mod:`poolfold.kernels.words`); ``a_shift`` and the like select the half.  The
+# position of output j's tap t is ``base + 2*j + t``.
 
 @njit(cache=True, nogil=True)
-def _first_max_of_pairs(src, held):
-    """``held[j]`` = the first maximum (first NaN) of ``src[2*j]``, ``src[2*j + 1]``."""
+def _copy_halves(a, a_shift, held):
+    """``held[j]`` = the element in ``a[j] >> a_shift``: a kernel of one tap."""
     for j in range(held.size):
-        h = src[2 * j]
-        v = src[2 * j + 1]
+        held[j] = element_of_word(a[j], a_shift, held)
+
+
+@njit(cache=True, nogil=True)
+def _copy_halves_at(a, a_shift, held, held_index, base):
+    """:func:`_copy_halves`, recording each position (``base + 2*j``)."""
+    for j in range(held.size):
+        held[j] = element_of_word(a[j], a_shift, held)
+        held_index[j] = base + 2 * j
+
+
+@njit(cache=True, nogil=True)
+def _first_max_of_two_halves(a, a_shift, b, b_shift, held):
+    """:func:`_first_max_of_two` over two taps read from words."""
+    for j in range(held.size):
+        h = element_of_word(a[j], a_shift, held)
+        v = element_of_word(b[j], b_shift, held)
         held[j] = v if _beats(v, h) else h
 
 
 @njit(cache=True, nogil=True)
-def _first_max_of_pairs_at(src, held, held_index, shift):
-    """:func:`_first_max_of_pairs`, recording the winner's position (``2*j + shift``, + 1
-    for the second of the pair)."""
+def _first_max_of_two_halves_at(a, a_shift, b, b_shift, held, held_index, base):
+    """:func:`_first_max_of_two_halves`, recording the winner's position."""
     for j in range(held.size):
-        h = src[2 * j]
-        v = src[2 * j + 1]
+        h = element_of_word(a[j], a_shift, held)
+        v = element_of_word(b[j], b_shift, held)
         take = _beats(v, h)
         held[j] = v if take else h
-        held_index[j] = 2 * j + shift + 1 if take else 2 * j + shift
+        held_index[j] = base + 2 * j + 1 if take else base + 2 * j
 
 
 @njit(cache=True, nogil=True)
-def _first_max_of_pairs_and_evens(src, held, even):
-    """:func:`_first_max_of_pairs`, also copying ``even[j] = src[2*j]``."""
+def _first_max_of_three_halves(a, a_shift, b, b_shift, c, c_shift, held):
+    """:func:`_first_max_of_three` over three taps read from words."""
     for j in range(held.size):
-        h = src[2 * j]
-        v = src[2 * j + 1]
+        h = element_of_word(a[j], a_shift, held)
+        v = element_of_word(b[j], b_shift, held)
+        h = v if _beats(v, h) else h
+        v = element_of_word(c[j], c_shift, held)
         held[j] = v if _beats(v, h) else h
-        even[j] = h
 
 
 @njit(cache=True, nogil=True)
-def _first_max_of_pairs_and_evens_at(src, held, held_index, even, even_index, shift):
-    """:func:`_first_max_of_pairs_at`, also copying ``even[j] = src[2*j]`` (at
-    ``2*j + shift``)."""
+def _first_max_of_three_halves_at(a, a_shift, b, b_shift, c, c_shift, held, held_index, base):
+    """:func:`_first_max_of_three_halves`, recording the winner's position."""
     for j in range(held.size):
-        h = src[2 * j]
-        v = src[2 * j + 1]
+        h = element_of_word(a[j], a_shift, held)
+        v = element_of_word(b[j], b_shift, held)
+        take = _beats(v, h)
+        h = v if take else h
+        h_index = base + 2 * j + 1 if take else base + 2 * j
+        v = element_of_word(c[j], c_shift, held)
         take = _beats(v, h)
         held[j] = v if take else h
-        held_index[j] = 2 * j + shift + 1 if take else 2 * j + shift
-        even[j] = h
-        even_index[j] = 2 * j + shift
+        held_index[j] = base + 2 * j + 2 if take else h_index
+
+
+@njit(cache=True, nogil=True)
+def _keep_first_max_halves(a, a_shift, held):
+    """:func:`_keep_first_max` with the later tap read from words."""
+    for j in range(held.size):
+        v = element_of_word(a[j], a_shift, held)
+        h = held[j]
+        held[j] = v if _beats(v, h) else h
+
+
+@njit(cache=True, nogil=True)
+def _keep_first_max_halves_at(a, a_shift, held, held_index, position):
+    """:func:`_keep_first_max_halves`, recording the winner's position
+    (``position + 2*j``)."""
+    for j in range(held.size):
+        v = element_of_word(a[j], a_shift, held)
+        h = held[j]
+        take = _beats(v, h)
+        held[j] = v if take else h
+        h_index = held_index[j]  # loaded before the select, or it stays scalar (8x slower)
+        held_index[j] = position + 2 * j if take else h_index
 
 
 @njit(cache=True, nogil=True)
@@ -479,68 +519,71 @@ def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, ex
 
 
 @njit(cache=True, nogil=True)
-def _pairs_pass(src, dst, dst_index, scratch, scratch_index, size, extent, first, lo, hi,
-                kernel, cut, cut_count, want_indices, record):
+def _tap_words(words, i_lo, count, e, bits):
+    """The words holding tap ``e`` (element ``2*i + e``) of outputs ``i_lo + j`` for j below
+    ``count``, and the shift that brings its half down."""
+    at = i_lo + e // 2
+    high = (e % 2 == 1) != EVEN_IS_HIGH
+    return words[at:at + count], np.int64(bits if high else 0)
+
+
+@njit(cache=True, nogil=True)
+def _pairs_pass(src, words, dst, dst_index, size, extent, first, lo, hi, kernel, cut,
+                cut_count, want_indices, record):
     """The last axis at stride 2 and dilation 1, of even ``extent``: output o of row r goes to
-    ``dst[r*extent/2 + o]``, so the pass halves the slab (``size`` elements of ``src``).
+    ``dst[r*extent/2 + o]``, so the pass halves the slab (``size`` elements of ``src``, seen
+    as ``size/2`` pairs in ``words``).
 
     Output o's window starts at ``2*o + first[last, 0]``, so over the whole slab output i
-    (rows joined) reads ``src[2*i + first[last, 0]:]``: one flat loop reduces the pairs of
-    neighbours, and the window's taps are then folded pair by pair (and the last, even, tap
-    of an odd kernel).  Outputs whose window the padding cuts get garbage there, then their
-    in-bounds taps' maximum by a short scan, row by row.  ``scratch`` holds the pairs'
-    maxima and first elements: ``size + 1`` elements at most."""
+    (rows joined) has its tap t at ``2*i + first[last, 0] + t``: one stream of words per tap.
+    The first three taps are folded in one flat loop, each further tap in one more.  Outputs
+    whose window the padding cuts get garbage there (taps of the neighbouring row), then
+    their in-bounds taps' maximum by a short scan, row by row."""
     last = first.shape[0] - 1
     k = kernel[last]
     offset = first[last, 0]
+    bits = 8 * src.itemsize
     half = size // 2
-    i_lo = (1 - offset) // 2 if offset < 0 else 0  # first output reading no position < 0
-    i_hi = min((size - k - offset) // 2 + 1, half)  # ...and past the last reading < size
+    i_lo = max(0, -(offset // 2))  # the first output reading no position < 0
+    i_hi = min(half, half - (offset + k - 1) // 2)  # ...and past the last reading < size
     count = i_hi - i_lo
     if count > 0:
-        at = 2 * i_lo + offset
-        pairs = count + k // 2 - 1  # the windows' pairs overlap: window i' has i'..i'+k/2-1
         held = dst[i_lo:i_hi]
         held_index = dst_index[i_lo:i_hi] if want_indices else dst_index
-        paired = src[at:]
-        if k == 2:
+        base = record + 2 * i_lo + offset  # the position of held[0]'s first tap
+        a, a_shift = _tap_words(words, i_lo, count, offset, bits)
+        if k == 1:
             if want_indices:
-                _first_max_of_pairs_at(paired, held, held_index, record + at)
+                _copy_halves_at(a, a_shift, held, held_index, base)
             else:
-                _first_max_of_pairs(paired, held)
+                _copy_halves(a, a_shift, held)
         else:
-            maxima = scratch[:pairs]
-            maxima_index = scratch_index[:pairs] if want_indices else scratch_index
-            if k % 2:  # the last tap 2*i' + k - 1 is the first of pair i' + k//2
-                even = scratch[pairs:2 * pairs + 1]
-                even_index = scratch_index[pairs:2 * pairs + 1] if want_indices \
-                    else scratch_index
-                if want_indices:
-                    _first_max_of_pairs_and_evens_at(paired, maxima, maxima_index, even,
-                                                     even_index, record + at)
-                    even_index[pairs] = record + at + 2 * pairs
-                else:
-                    _first_max_of_pairs_and_evens(paired, maxima, even)
-                even[pairs] = paired[2 * pairs]  # past the last whole pair
-                last_tap = even[k // 2:k // 2 + count]
-                last_tap_index = even_index[k // 2:k // 2 + count] if want_indices \
-                    else even_index
-            elif want_indices:
-                _first_max_of_pairs_at(paired, maxima, maxima_index, record + at)
+            b, b_shift = _tap_words(words, i_lo, count, offset + 1, bits)
+            if k == 2 and want_indices:
+                _first_max_of_two_halves_at(a, a_shift, b, b_shift, held, held_index, base)
+            elif k == 2:
+                _first_max_of_two_halves(a, a_shift, b, b_shift, held)
             else:
-                _first_max_of_pairs(paired, maxima)
-            _first_max_rows(maxima, maxima_index, held, held_index, np.int64(0), np.int64(1),
-                            k // 2, count, want_indices, np.int64(-1))
-            if k % 2 and want_indices:
-                _keep_first_max_from(last_tap, last_tap_index, held, held_index)
-            elif k % 2:
-                _keep_first_max(last_tap, held)
+                c, c_shift = _tap_words(words, i_lo, count, offset + 2, bits)
+                if want_indices:
+                    _first_max_of_three_halves_at(a, a_shift, b, b_shift, c, c_shift, held,
+                                                  held_index, base)
+                else:
+                    _first_max_of_three_halves(a, a_shift, b, b_shift, c, c_shift, held)
+            for t in range(3, k):
+                a, a_shift = _tap_words(words, i_lo, count, offset + t, bits)
+                if want_indices:
+                    _keep_first_max_halves_at(a, a_shift, held, held_index, base + t)
+                else:
+                    _keep_first_max_halves(a, a_shift, held)
     width = extent // 2
-    for r in range(size // extent):
-        for c in range(cut_count[last]):
-            o = cut[last, c]
-            best = _first_max_scan(src, r * extent + first[last, o] + lo[last, o], np.int64(1),
-                                   hi[last, o] - lo[last, o])
+    rows = size // extent
+    for c in range(cut_count[last]):
+        o = cut[last, c]
+        at = first[last, o] + lo[last, o]
+        taps = hi[last, o] - lo[last, o]
+        for r in range(rows):  # one output per row, a short scan each
+            best = _first_max_scan(src, r * extent + at, np.int64(1), taps)
             dst[r * width + o] = src[best]
             if want_indices:
                 dst_index[r * width + o] = record + best
@@ -549,7 +592,7 @@ def _pairs_pass(src, dst, dst_index, scratch, scratch_index, size, extent, first
 @njit(parallel=True, cache=True, nogil=True)
 def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape,
                          kernel, dilations, column_major, empty_value, chunks,
-                         slab_rows, starts, slot, cut, cut_count, pairs):
+                         slab_rows, starts, slot, cut, cut_count, pairs, words):
     """The same contract as :func:`window_max`, computed by separable passes.
 
     ``chunks`` is how many groups of planes are shared out among the threads (each group
@@ -563,7 +606,8 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
 
     - the last axis, then each other axis but the first, at every window start of the slab
       (:func:`_axis_pass`), the staged slab keeping the input's layout; or with ``pairs``
-      the last axis at its outputs only (:func:`_pairs_pass`), which halves the slab;
+      the last axis at its outputs only (:func:`_pairs_pass`, reading ``x`` as ``words``
+      of two elements), which halves the slab;
     - the first axis only at the rows its outputs need, over their in-bounds taps;
     - then each output reads its result: ``slot`` maps an output to its staged row on each
       axis, its window start, or the garbage row where its padding-cut window was put.
@@ -601,7 +645,6 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
     cut_rows = min(cut_count[0], slab_rows) if flat_first else 0
     capacity = (max(slab_in_rows, slab_rows) + cut_rows) * in_strides[0] if rank > 1 \
         else plane_size
-    capacity += 1  # the pairs pass's scratch takes 2*count + k - 1 <= size + 1 elements
     out_inner = 1  # outputs per output row along the first axis
     for a in range(1, rank):
         out_inner *= out_shape[a]
@@ -626,9 +669,9 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                 start = r_lo * in_strides[0]
                 slab = xp[start:start + size]
                 if pairs:
-                    _pairs_pass(slab, values[0], positions[0], values[1], positions[1], size,
-                                in_shape[last], first, lo, hi, kernel, cut, cut_count,
-                                want_indices, plane_offset + start)
+                    _pairs_pass(slab, words[p, start // 2:(start + size) // 2], values[0],
+                                positions[0], size, in_shape[last], first, lo, hi, kernel, cut,
+                                cut_count, want_indices, plane_offset + start)
                     size //= 2
                 else:
                     _axis_pass(slab, positions[1], values[0], positions[0], size, last, np.int64(1),
@@ -674,6 +717,7 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                 # Every output of the slab reads its result.
                 staged = values[side]
                 staged_positions = positions[side]
+                slot_last = slot[last]
                 o[:] = 0
                 o[0] = o0
                 q0 = o0 * out_inner
@@ -685,18 +729,25 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                         for a in range(1, last):
                             row += slot[a, o[a]] * strides[a]
                     q = q0 + r * out_last
+                    # Through 1-D views of the rows: indexing y[p, q + ol] keeps these loops
+                    # scalar, 2-3x slower.
+                    y_row = y[p, q:q + out_last]
                     if pairs:  # the last axis is staged in output order: a plain copy
+                        staged_row = staged[row:row + out_last]
                         for ol in range(out_last):
-                            y[p, q + ol] = staged[row + ol]
-                        if want_indices:
-                            for ol in range(out_last):
-                                indices[p, q + ol] = staged_positions[row + ol]
+                            y_row[ol] = staged_row[ol]
                     else:
                         for ol in range(out_last):
-                            at = row + slot[last, ol]
-                            y[p, q + ol] = staged[at]
-                            if want_indices:
-                                indices[p, q + ol] = staged_positions[at]
+                            y_row[ol] = staged[row + slot_last[ol]]
+                    if want_indices:
+                        index_row = indices[p, q:q + out_last]
+                        if pairs:
+                            positions_row = staged_positions[row:row + out_last]
+                            for ol in range(out_last):
+                                index_row[ol] = positions_row[ol]
+                        else:
+                            for ol in range(out_last):
+                                index_row[ol] = staged_positions[row + slot_last[ol]]
                     next_in_shape(o, out_shape, last)
                 # Rare cases: windows made only of padding, and column-major indices.
                 if has_empty or (want_indices and column_major):

@@ -11,6 +11,7 @@ from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, window_plan
 from ..kernels import kernel_threads, launch
 from ..kernels.window_max import window_max, window_max_separable
+from ..kernels.words import has_words, words_view
 from ..memory import allocate
 from ._common import as_tensor, flag
 
@@ -105,7 +106,7 @@ def max_pool(
     return (y, indices) if return_indices else y
 
 
-def separable_staging(plan: WindowPlan):
+def separable_staging(plan: WindowPlan, itemsize: int):
     """Where the separable passes stage their results along each axis, or None when they
     cannot stage this plan.
 
@@ -118,18 +119,17 @@ def separable_staging(plan: WindowPlan):
     is 0.
 
     The last axis is reduced at its outputs only (``pairs``, staged in output order) when
-    its stride is 2, its dilation 1, its kernel 2 or at least 4, its extent even, with no
-    more outputs than half the extent: see ``poolfold.kernels.window_max._pairs_pass``."""
+    its stride is 2, its dilation 1, its extent even, with no more outputs than half the
+    extent, and elements of ``itemsize`` bytes can be read by pairs as one word: see
+    ``poolfold.kernels.window_max._pairs_pass``."""
     if min(plan.in_shape) == 0:
         return None
     taps = plan.taps
     rank, width = plan.rank, taps.first.shape[1]
     last = rank - 1
     n_last = plan.in_shape[last]
-    k_last = plan.kernel[last]
-    # Three taps take one sweep at every window start: faster than pairs and then a fold.
-    pairs = (plan.strides[last] == 2 and plan.dilations[last] == 1 and k_last >= 2
-             and k_last != 3 and n_last % 2 == 0 and plan.out_shape[last] <= n_last // 2)
+    pairs = (plan.strides[last] == 2 and plan.dilations[last] == 1 and n_last % 2 == 0
+             and plan.out_shape[last] <= n_last // 2 and has_words(itemsize))
     starts = np.zeros(rank, np.int64)
     slot = np.zeros((rank, width), np.int64)
     cut = np.zeros((rank, width), np.int64)
@@ -218,9 +218,9 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
     output_bytes = y.nbytes + (indices.nbytes if return_indices else 0)
     if slab_rows == -1:
         slab_rows = _separable_slab(plan, item_bytes, chunks, output_bytes)
-    staging = separable_staging(plan) if slab_rows is not None else None
+    staging = separable_staging(plan, x.itemsize) if slab_rows is not None else None
     if staging is not None:  # else the passes cannot stage this plan, whatever chose them
-        launch(window_max_separable, *arguments, chunks, slab_rows, *staging)
+        launch(window_max_separable, *arguments, chunks, slab_rows, *staging, words_view(xs))
     else:
         launch(window_max, *arguments)
     return y, indices
