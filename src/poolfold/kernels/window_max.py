@@ -582,11 +582,21 @@ def _pairs_pass(src, words, dst, dst_index, size, extent, first, lo, hi, kernel,
         o = cut[last, c]
         at = first[last, o] + lo[last, o]
         taps = hi[last, o] - lo[last, o]
-        for r in range(rows):  # one output per row, a short scan each
-            best = _first_max_scan(src, r * extent + at, np.int64(1), taps)
-            dst[r * width + o] = src[best]
+        # Tap by tap over the rows: the rows are independent, so a tap's loads overlap
+        # (one scan per row instead waits on each comparison: 2-3x slower).
+        for r in range(rows):
+            dst[r * width + o] = src[r * extent + at]
             if want_indices:
-                dst_index[r * width + o] = record + best
+                dst_index[r * width + o] = record + r * extent + at
+        for t in range(1, taps):
+            for r in range(rows):
+                v = src[r * extent + at + t]
+                h = dst[r * width + o]
+                take = _beats(v, h)
+                dst[r * width + o] = v if take else h
+                if want_indices:
+                    h_index = dst_index[r * width + o]
+                    dst_index[r * width + o] = record + r * extent + at + t if take else h_index
 
 
 @njit(parallel=True, cache=True, nogil=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -106,9 +107,11 @@ def max_pool(
     return (y, indices) if return_indices else y
 
 
+@functools.lru_cache(maxsize=512)
 def separable_staging(plan: WindowPlan, itemsize: int):
     """Where the separable passes stage their results along each axis, or None when they
-    cannot stage this plan.
+    cannot stage this plan (cached, as plans are: a model repeats its calls; the kernels
+    only read these tables).
 
     Along each axis but the first (unless it is the only one) the passes reduce at every
     window start: ``starts[a]`` of them, none if no window lies wholly inside the axis.  The
