@@ -48,14 +48,26 @@ def _add_run(acc, values):
         add_into(acc, i, values[i])
 
 
+@njit(cache=True, nogil=True)
+def _add_run_kept(acc, values, column, kept, identity):
+    """:func:`_add_run`, adding ``identity`` instead of ``values[i]`` where ``column[i]`` is
+    not below ``kept``.  Adding the type's identity leaves a sum exactly as it was, and the
+    select vectorises; int16 columns keep the comparison narrow (int64 ones halve the lanes
+    and cost 60% more than a plain run; int16 ones 10%)."""
+    for i in range(values.size):
+        v = values[i]
+        add_into(acc, i, v if column[i] < kept else identity)
+
+
 @njit(parallel=True, cache=True, nogil=True)
-def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations):
+def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations, identity):
     """``out[p, position(l, k)] += x[p, k, l]`` for every in-image tap; ``out`` is overwritten.
 
     x : (planes, K, L);  out : (planes, prod(image_shape)), the accumulator type
     x holds the bits of half types (see :mod:`poolfold.kernels.half`); out is float32 then
     first, lo, hi : the tap table of the block grid, (rank, max grid size)
     image_shape, block_shape, grid_shape, dilations : (rank,) int64
+    identity : the value of x's type whose addition changes no sum (-0.0, 0 or False)
     """
     planes, size, blocks = x.shape
     rank = image_shape.size
@@ -82,15 +94,19 @@ def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations)
     step_last = first[last, 1] - first[last, 0] if grid_shape[last] > 1 else 1  # the stride
     # Runs along the last axis are a few dozen blocks, shorter than the vectorised loop's
     # body.  When consecutive grid rows land on consecutive image rows with the same spacing
-    # in both, the runs of several rows join into one: the few taps in between (those that
-    # fall in the padding of a row's ends) are added too, into image positions whose values
-    # are saved before and put back after, so every sum is exactly as if they were skipped.
+    # in both, the runs of several rows join into one.  The few taps in between (those that
+    # fall in the padding of a row's ends) add the identity instead, told by their block's
+    # place in its grid row (``column``), so every sum is exactly as if they were skipped.
+    # Saving and restoring the image positions they land on instead took a third of the
+    # time: each reload waited on the vector store just made there.
+    row_blocks = grid_strides[last - 1] if rank > 1 else 0  # blocks per grid row
     rows_join = False
-    if rank > 1 and step_last == 1:
+    if rank > 1 and step_last == 1 and row_blocks <= 32767:  # column is int16
         step_outer = first[last - 1, 1] - first[last - 1, 0] if grid_shape[last - 1] > 1 else 1
         rows_join = step_outer * image_strides[last - 1] == grid_strides[last - 1]
-    row_blocks = grid_strides[last - 1] if rank > 1 else 0  # blocks per grid row
-    saved_size = grid_shape[last - 1] * row_blocks if rows_join else 0
+    column = np.empty(grid_shape[last - 1] * row_blocks if rows_join else 0, np.int16)
+    for j in range(column.size):
+        column[j] = j % row_blocks
     for p in prange(planes):
         acc = out[p]
         acc[:] = 0
@@ -99,7 +115,6 @@ def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations)
         g = np.zeros(rank, np.int64)  # grid coordinate, outer axes
         # Block offset outer, blocks inner: each row of xp is read once, contiguously (the
         # order onnxruntime and PyTorch sum in, so float results agree with theirs bit for bit).
-        saved = np.empty(saved_size, acc.dtype)
         for k in range(size):
             empty = False
             for a in range(rank):
@@ -119,14 +134,11 @@ def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations)
                 gap = row_blocks - n  # taps skipped between the runs of two rows
                 rows = g_hi[last - 1, k_at[last - 1]] - g[last - 1] if rows_join else 1
                 if rows > 1 and gap <= n:  # join, when the extra taps cost less than they save
-                    for r in range(1, rows):
-                        for i in range(gap):
-                            saved[(r - 1) * gap + i] = acc[start + r * row_blocks - gap + i]
                     span = (rows - 1) * row_blocks + n
-                    _add_run(acc[start:start + span], xp[k, block_row + g0:block_row + g0 + span])
-                    for r in range(1, rows):
-                        for i in range(gap):
-                            acc[start + r * row_blocks - gap + i] = saved[(r - 1) * gap + i]
+                    # The run starts at a row's first kept block: kept where column < n.
+                    _add_run_kept(acc[start:start + span],
+                                  xp[k, block_row + g0:block_row + g0 + span], column[:span],
+                                  np.int32(n), identity)
                     g[last - 1] += rows - 1  # the rows joined in are done
                 elif step_last == 1:  # contiguous on both sides: the loop vectorises
                     _add_run(acc[start:start + n], xp[k, block_row + g0:block_row + g0 + n])
