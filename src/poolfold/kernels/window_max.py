@@ -599,6 +599,22 @@ def _pairs_pass(src, words, dst, dst_index, size, extent, first, lo, hi, kernel,
                     dst_index[r * width + o] = record + r * extent + at + t if take else h_index
 
 
+@njit(cache=True, nogil=True)
+def _read_staged_row(dst, staged, row, slot_last, in_order):
+    """``dst[ol]``, for a row of outputs, = the staged result of output ol: ``staged[row + ol]``
+    when the last axis was staged in output order, else ``staged[row + slot_last[ol]]``.
+
+    ``dst`` is a 1-D view of the row: indexing ``y[p, q + ol]`` instead keeps these loops
+    scalar, 2-3x slower."""
+    if in_order:
+        src = staged[row:row + dst.size]
+        for ol in range(dst.size):
+            dst[ol] = src[ol]
+    else:
+        for ol in range(dst.size):
+            dst[ol] = staged[row + slot_last[ol]]
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape,
                          kernel, dilations, column_major, empty_value, chunks,
@@ -739,25 +755,10 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
                         for a in range(1, last):
                             row += slot[a, o[a]] * strides[a]
                     q = q0 + r * out_last
-                    # Through 1-D views of the rows: indexing y[p, q + ol] keeps these loops
-                    # scalar, 2-3x slower.
-                    y_row = y[p, q:q + out_last]
-                    if pairs:  # the last axis is staged in output order: a plain copy
-                        staged_row = staged[row:row + out_last]
-                        for ol in range(out_last):
-                            y_row[ol] = staged_row[ol]
-                    else:
-                        for ol in range(out_last):
-                            y_row[ol] = staged[row + slot_last[ol]]
+                    _read_staged_row(y[p, q:q + out_last], staged, row, slot_last, pairs)
                     if want_indices:
-                        index_row = indices[p, q:q + out_last]
-                        if pairs:
-                            positions_row = staged_positions[row:row + out_last]
-                            for ol in range(out_last):
-                                index_row[ol] = positions_row[ol]
-                        else:
-                            for ol in range(out_last):
-                                index_row[ol] = staged_positions[row + slot_last[ol]]
+                        _read_staged_row(indices[p, q:q + out_last], staged_positions, row,
+                                         slot_last, pairs)
                     next_in_shape(o, out_shape, last)
                 # Rare cases: windows made only of padding, and column-major indices.
                 if has_empty or (want_indices and column_major):
