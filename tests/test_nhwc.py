@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 import oracle
 import poolfold
 import poolfold.ops.nhwc as nhwc_module
-from poolfold import PoolfoldError, PoolfoldTypeError
 
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
@@ -245,9 +244,6 @@ def test_nhwc_max_pool_separable_path(monkeypatch, dtype, storage_order, dims, k
                                       pads):
     """Small tensors take the direct scan; force the separable passes (slabs of two output
     rows) to check the channel axis riding along them, the NCHW Indices and the activation."""
-    import functools
-
-    import poolfold.ops.nhwc as nhwc_module
     monkeypatch.setattr(nhwc_module, "pool_planes",
                         functools.partial(nhwc_module.pool_planes, slab_rows=2))
     rng = np.random.default_rng(7)
