@@ -473,17 +473,31 @@ def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, wa
 
 
 @njit(cache=True, nogil=True)
-def _first_max_scan(src, at, step, taps):
-    """Offset of the first maximum (first NaN) of ``src[at + t*step]`` over taps t: a short
-    scalar scan, branch-free (the branches would be unpredictable)."""
-    best = at
-    held = src[at]
+def _cut_windows_by_rows(src, src_index, dst, dst_index, rows, src_pitch, dst_pitch, at, to,
+                         step, taps, want_indices, record):
+    """Along the last axis, one padding-cut window per row: ``dst[r*dst_pitch + to]`` gets the
+    first maximum (first NaN) of ``src[r*src_pitch + at + t*step]`` over taps t, for every
+    row r; positions recorded as ``record`` plus the offset (``record`` >= 0) or carried from
+    ``src_index``.
+
+    Tap by tap over the rows: the rows are independent, so a tap's loads overlap (one scan
+    per row instead waits on each comparison: 2-3x slower)."""
+    for r in range(rows):
+        i = r * src_pitch + at
+        dst[r * dst_pitch + to] = src[i]
+        if want_indices:
+            dst_index[r * dst_pitch + to] = record + i if record >= 0 else src_index[i]
     for t in range(1, taps):
-        v = src[at + t * step]
-        take = _beats(v, held)
-        best = at + t * step if take else best
-        held = v if take else held
-    return best
+        for r in range(rows):
+            i = r * src_pitch + at + t * step
+            v = src[i]
+            h = dst[r * dst_pitch + to]
+            take = _beats(v, h)
+            dst[r * dst_pitch + to] = v if take else h
+            if want_indices:
+                h_index = dst_index[r * dst_pitch + to]
+                v_index = record + i if record >= 0 else src_index[i]
+                dst_index[r * dst_pitch + to] = v_index if take else h_index
 
 
 @njit(cache=True, nogil=True)
@@ -501,21 +515,21 @@ def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, ex
     if starts[a] > 0:
         _first_max_rows(src, src_index, dst, dst_index, np.int64(0), step, kernel[a],
                         size - (kernel[a] - 1) * step, want_indices, record)
+    if inner == 1:  # the last axis
+        for c in range(cut_count[a]):
+            o = cut[a, c]
+            _cut_windows_by_rows(src, src_index, dst, dst_index, size // extent, extent, extent,
+                                 first[a, o] + lo[a, o] * dilations[a], slot[a, o], step,
+                                 hi[a, o] - lo[a, o], want_indices, record)
+        return
     for u in range(size // (extent * inner)):
         for c in range(cut_count[a]):
             o = cut[a, c]
-            taps = hi[a, o] - lo[a, o]
             at = (u * extent + first[a, o] + lo[a, o] * dilations[a]) * inner
             to = (u * extent + slot[a, o]) * inner
-            if inner > 1:
-                _first_max_rows(src, src_index, dst[to:to + inner],
-                                dst_index[to:to + inner] if want_indices else dst_index, at,
-                                step, taps, inner, want_indices, record)
-                continue
-            best = _first_max_scan(src, at, step, taps)  # the last axis
-            dst[to] = src[best]
-            if want_indices:
-                dst_index[to] = record + best if record >= 0 else src_index[best]
+            _first_max_rows(src, src_index, dst[to:to + inner],
+                            dst_index[to:to + inner] if want_indices else dst_index, at, step,
+                            hi[a, o] - lo[a, o], inner, want_indices, record)
 
 
 @njit(cache=True, nogil=True)
@@ -538,7 +552,7 @@ def _pairs_pass(src, words, dst, dst_index, size, extent, first, lo, hi, kernel,
     (rows joined) has its tap t at ``2*i + first[last, 0] + t``: one stream of words per tap.
     The first three taps are folded in one flat loop, each further tap in one more.  Outputs
     whose window the padding cuts get garbage there (taps of the neighbouring row), then
-    their in-bounds taps' maximum by a short scan, row by row."""
+    their in-bounds taps' maximum (:func:`_cut_windows_by_rows`)."""
     last = first.shape[0] - 1
     k = kernel[last]
     offset = first[last, 0]
@@ -576,27 +590,13 @@ def _pairs_pass(src, words, dst, dst_index, size, extent, first, lo, hi, kernel,
                     _keep_first_max_halves_at(a, a_shift, held, held_index, base + t)
                 else:
                     _keep_first_max_halves(a, a_shift, held)
-    width = extent // 2
-    rows = size // extent
+    # Positions here are recorded (record >= 0), never carried: dst_index only fills the
+    # place of a source index array.
     for c in range(cut_count[last]):
         o = cut[last, c]
-        at = first[last, o] + lo[last, o]
-        taps = hi[last, o] - lo[last, o]
-        # Tap by tap over the rows: the rows are independent, so a tap's loads overlap
-        # (one scan per row instead waits on each comparison: 2-3x slower).
-        for r in range(rows):
-            dst[r * width + o] = src[r * extent + at]
-            if want_indices:
-                dst_index[r * width + o] = record + r * extent + at
-        for t in range(1, taps):
-            for r in range(rows):
-                v = src[r * extent + at + t]
-                h = dst[r * width + o]
-                take = _beats(v, h)
-                dst[r * width + o] = v if take else h
-                if want_indices:
-                    h_index = dst_index[r * width + o]
-                    dst_index[r * width + o] = record + r * extent + at + t if take else h_index
+        _cut_windows_by_rows(src, dst_index, dst, dst_index, size // extent, extent,
+                             extent // 2, first[last, o] + lo[last, o], o, np.int64(1),
+                             hi[last, o] - lo[last, o], want_indices, record)
 
 
 @njit(cache=True, nogil=True)
