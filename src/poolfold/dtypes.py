@@ -58,3 +58,13 @@ def lowest(dtype: np.dtype) -> np.ndarray:
     the minimum for integers."""
     dtype = np.dtype(dtype)
     return np.array(-np.inf if is_floating(dtype) else np.iinfo(dtype).min, dtype=dtype)
+
+
+def additive_identity(dtype: np.dtype) -> np.ndarray:
+    """The value whose addition leaves any sum of ``dtype`` exactly as it is, as a 0-d array:
+    -0.0 in every part for floating and complex types (IEEE addition's identity: x + -0.0 is x
+    for every x, -0.0 included; +0.0 is not), else 0 (False for bool)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "c":
+        return np.array(complex(-0.0, -0.0), dtype)
+    return np.array(-0.0 if is_floating(dtype) else 0).astype(dtype)

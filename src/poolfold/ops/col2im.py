@@ -93,20 +93,9 @@ def _fold_numbers(spec, x, plan: WindowPlan, out_shape):
         np.array(plan.kernel, np.int64),
         np.array(plan.out_shape, np.int64),
         np.array(plan.dilations, np.int64),
-        _identity(x.dtype),
+        dtypes.value_view(dtypes.additive_identity(x.dtype))[()],
     )
     return out.astype(x.dtype) if half else out
-
-
-def _identity(dtype) -> np.generic:
-    """The value of ``dtype``, as the kernel reads it, whose addition leaves any sum exactly
-    as it is: -0.0 in every part for floating and complex types (IEEE addition's identity:
-    x + -0.0 is x for every x, -0.0 included), else 0 (False for bool)."""
-    if np.dtype(dtype).kind == "c":
-        zero = np.array(complex(-0.0, -0.0), dtype)
-    else:
-        zero = np.array(-0.0 if dtypes.is_floating(dtype) else 0).astype(dtype)
-    return dtypes.value_view(zero)[()]
 
 
 def _fold_strings(spec, x, plan: WindowPlan, out_shape):
