@@ -61,8 +61,8 @@ MEMORY_TARGET = 0.10  # peak memory beyond the outputs, as a fraction of the out
 STARTUP_SNIPPET = (
     "import poolfold, numpy as np; poolfold.max_pool(np.zeros((1,1,8,8),np.float32),[2,2])"
 )
-# What any cached parallel numba kernel costs a fresh process: importing numba, setting up its
-# target (all its typing and lowering registries) and tearing that down at exit.
+# The least a fresh process pays before it can load any cached numba kernel: importing numba,
+# setting up its target (all its typing and lowering registries) and tearing that down at exit.
 NUMBA_FLOOR_SNIPPET = (
     "import numpy as np, numba; from numba.core.registry import cpu_target; "
     "cpu_target.target_context.refresh()"
