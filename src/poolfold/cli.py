@@ -10,24 +10,14 @@ import warnings
 
 import numpy as np
 
+from .console import progress
+
 EXIT_FAILURE = 1  # the work ran and something failed
 EXIT_USAGE = 2  # bad arguments or input files
 
 
 class UsageError(Exception):
     """A problem with what the user gave: printed as one line, exit status 2."""
-
-
-def progress(done: int, total: int, label: str = "", stream=sys.stderr) -> None:
-    """A one-line progress bar, redrawn in place (only on a terminal)."""
-    if not stream.isatty():
-        return
-    width = 30
-    filled = width * done // max(total, 1)
-    stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:40]:<40}")
-    if done >= total:
-        stream.write("\r" + " " * (width + 54) + "\r")
-    stream.flush()
 
 
 # ---------------------------------------------------------------------------------------- run

@@ -1,0 +1,197 @@
+"""``poolfold bench``: poolfold against onnxruntime (and PyTorch and onnx's reference
+evaluator when they are installed), plus optional sections measured in child processes.
+
+Layout (nothing here imports :mod:`poolfold.cli`; the command imports this package):
+
+- :mod:`.workloads`  the table of workloads and the names of the implementations
+- :mod:`.peers`      the other implementations, each built into a runner outside the clock
+- :mod:`.runner`     timing: every implementation in its own blocks of calls (fairness)
+- :mod:`.report`     the timing table, the plot, the table helper the sections use
+- :mod:`.child`      running a ``module:function`` in a fresh child process
+- :mod:`.memory`     the ``--memory`` section; :mod:`.startup` the ``--startup`` section
+
+Adding a benchmark is a module plus a flag: a module with ``measure(args) -> dict`` (or list;
+anything JSON can hold; it may draw its own bar with :func:`poolfold.console.progress`) and
+``summary(result) -> str``, and one :class:`Section` line in :data:`SECTIONS`, e.g.
+``Section("dask", "poolfold.dask.bench", "also time the ops on chunked dask arrays")``.
+The flag (``--dask``) runs it after the timing table (``--no-timing`` skips that); its
+result goes into the JSON under the section's name.  ``args`` holds every option of the
+command, ``args.workloads`` the chosen workload keys.  The module is imported only when its
+flag is given, so it may import its own dependencies (dask, onnxruntime) at its top.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass
+
+DESCRIPTION = """\
+Benchmarks: poolfold against onnxruntime (and PyTorch and onnx's reference evaluator when
+they are installed), on the same data, in one process, every implementation with the same
+number of threads (--threads) and otherwise at its defaults.
+
+How it is kept fair: each implementation is warmed up, then timed in its own blocks of
+consecutive calls, as it would run in a loop of its own: before each block a short pause,
+in which the idle threads of whatever ran before go to sleep, and one untimed call, which
+wakes its own threads.  The blocks of the implementations take turns over three passes in a
+rotating order, so that a noisy stretch of a shared machine does not fall on one of them.
+onnxruntime runs at its default session options (its idle threads spin after a run) and
+again with spinning off (session.intra_op.allow_spinning=0); poolfold's ratio is taken to
+the faster of the two.  Reported: the median of every timed call and the interquartile
+spread, poolfold's time over onnxruntime's and over the memory-copy limit (np.copyto of as
+many bytes as the op reads and writes, timed the same way).
+
+--memory and --startup add measurements made in child processes: the peak memory a call
+allocates beyond its outputs; the first-ever call of each op and dtype with an empty numba
+cache (--startup: float32 only; --startup-all: every op, dtype and Indices), the cold start
+of a fresh process once the kernels are cached, beside numba's own start-up, and the
+Quickstart's `poolfold run` with an empty cache."""
+
+
+@dataclass(frozen=True)
+class Section:
+    """An optional benchmark run by the flag ``--NAME``: ``measure`` and ``summary`` of
+    ``module`` (see this package's docstring)."""
+
+    name: str
+    module: str
+    help: str
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("memory", "poolfold.bench.memory",
+            "also measure poolfold's peak memory beyond its outputs (child processes)"),
+    Section("startup", "poolfold.bench.startup",
+            "also measure start-up: first calls with an empty numba cache (float32 ops), "
+            "the warm-cache cold start and the Quickstart's `poolfold run` (minutes)"),
+)
+
+
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def add_arguments(parser) -> None:
+    from .startup import CASES
+    from .workloads import BY_KEY
+
+    parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
+                        help=f"which workloads (default all): {', '.join(BY_KEY)}")
+    parser.add_argument("--repeat", type=_positive, default=15, metavar="N",
+                        help="timed rounds per implementation (default 15)")
+    parser.add_argument("--threads", type=_positive, default=2, metavar="T",
+                        help="threads for every implementation (default 2)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the results as JSON instead of tables")
+    parser.add_argument("--plot", metavar="FILE.png",
+                        help="also draw the ratios to onnxruntime as a bar chart (needs matplotlib)")
+    parser.add_argument("--no-timing", dest="timing", action="store_false",
+                        help="skip the timing table: only the sections asked for")
+    for section in SECTIONS:
+        parser.add_argument(f"--{section.name}", action="store_true", help=section.help)
+    parser.add_argument("--startup-all", action="store_true",
+                        help="--startup with the first call of every op, dtype and Indices "
+                             "(many minutes)")
+    parser.add_argument("--startup-case", action="append", default=[], choices=list(CASES),
+                        metavar="CASE",
+                        help=f"--startup with these first calls only (repeatable): {', '.join(CASES)}")
+    parser.set_defaults(handler=command)
+
+
+def _meta(args, numba_threads: int) -> dict:
+    import numba
+    import numpy as np
+
+    import poolfold
+
+    versions = {"python": platform.python_version(), "poolfold": poolfold.__version__,
+                "numpy": np.__version__, "numba": numba.__version__}
+    for name in ("onnxruntime", "onnx", "torch"):
+        if importlib.util.find_spec(name) is not None:
+            versions[name] = __import__(name).__version__
+    return {"threads": args.threads, "numba_threads": numba_threads, "cpu_count": os.cpu_count(),
+            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "repeat": args.repeat, "versions": versions}
+
+
+def _load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages: how busy the (shared) machine was."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # not available on this platform
+        return None
+
+
+def _error(message: str) -> int:
+    print(f"poolfold bench: error: {message}", file=sys.stderr)
+    return 2
+
+
+def command(args) -> int:
+    from ..console import progress
+    from . import report, runner
+    from .peers import set_threads
+    from .workloads import BY_KEY
+
+    keys = list(dict.fromkeys(args.workloads)) or list(BY_KEY)
+    unknown = [k for k in keys if k not in BY_KEY]
+    if unknown:
+        return _error(f"unknown workload {', '.join(unknown)} (known: {', '.join(BY_KEY)})")
+    # Checked before the run, not after minutes of it.
+    if args.plot and not args.timing:
+        return _error("--plot draws the timing table: drop --no-timing")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        return _error('--plot needs matplotlib: pip install "poolfold[plot]"')
+    args.workloads = keys
+    args.startup = args.startup or args.startup_all or bool(args.startup_case)
+    sections = [s for s in SECTIONS if getattr(args, s.name)]
+    numba_threads = set_threads(args.threads)
+    meta = {**_meta(args, numba_threads), "load_average_start": _load_average()}
+
+    results = []
+    if args.timing:
+        steps = runner.steps(args.repeat)
+        total = len(keys) * steps
+        for i, key in enumerate(keys):
+            results.append(asdict(runner.run_workload(
+                BY_KEY[key], args.repeat, args.threads,
+                lambda s, base=i * steps, key=key: progress(base + s, total, f"timing {key}"))))
+        progress(total, total)  # clears the bar
+    modules = {s.name: importlib.import_module(s.module) for s in sections}
+    measured = {name: module.measure(args) for name, module in modules.items()}
+    meta["load_average_end"] = _load_average()
+
+    if args.json:
+        print(json.dumps({**meta, "results": results, **measured}, indent=2))
+    else:
+        texts = [report.format_results(results, meta)] if args.timing else []
+        texts += [modules[name].summary(result) for name, result in measured.items()]
+        texts.append(f"load average (1, 5, 15 min): {meta['load_average_start']} at the start, "
+                     f"{meta['load_average_end']} at the end")
+        print("\n\n".join(texts))
+    if args.plot:
+        report.plot(results, args.plot)
+        print(f"poolfold bench: wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m poolfold.bench", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return command(parser.parse_args(argv))

@@ -1,0 +1,100 @@
+"""What the benchmark prints: the timing table, the memory and start-up reports, the plot."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from .runner import PAUSE_S, SETTLE_CALLS, passes
+from .workloads import COLUMNS, MEMCOPY, ONNXRUNTIME, ONNXRUNTIME_NO_SPIN, REFERENCE
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """Left-aligned first column, right-aligned numbers."""
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    fmt = lambda r: "  ".join(  # noqa: E731
+        c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join(fmt(r).rstrip() for r in [header, ["-" * w for w in widths]] + rows)
+
+
+def _cell(result: dict, name: str) -> str:
+    """A median, and half its interquartile range as a share of it."""
+    ms = result["ms"].get(name)
+    if ms is None:
+        return "-"
+    q1, q3 = result["spread_ms"][name]
+    return f"{ms:.2f} ±{50 * (q3 - q1) / ms:.0f}%"
+
+
+def format_results(results: list[dict], meta: dict) -> str:
+    """The timing table of ``results`` (:class:`~.runner.Result` as dicts)."""
+    columns = [c for c in COLUMNS if any(r["ms"].get(c) is not None for r in results)]
+    rows = []
+    for r in results:
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
+        if r["ratio"] is not None and r["baseline"] not in (ONNXRUNTIME, ONNXRUNTIME_NO_SPIN):
+            ratio += "*"
+        rows.append([r["key"]] + [_cell(r, c) for c in columns]
+                    + [ratio, f"{r['copy_multiple']:.2f}"])
+    lines = [
+        f"poolfold bench: median ms ±half the interquartile range, {meta['repeat']} rounds per "
+        f"implementation in {passes(meta['repeat'])} blocks, {meta['threads']} threads "
+        f"({meta['cpu_count']} CPUs), {meta['platform']}",
+        "",
+        table(["workload"] + [COLUMNS[c] for c in columns] + ["pf/ort", "pf/copy"], rows),
+        "",
+        f"Each implementation at its defaults, timed in its own blocks of calls, each block "
+        f"after a {PAUSE_S:g} s pause and {SETTLE_CALLS} untimed call.",
+        f"{COLUMNS[ONNXRUNTIME]}: onnxruntime at its default session options (idle threads spin); "
+        f"{COLUMNS[ONNXRUNTIME_NO_SPIN]}: with session.intra_op.allow_spinning=0.",
+        "pf/ort: poolfold / the faster of the two (* = / poolfold float32 on the same values).",
+        "pf/copy: poolfold / memcopy, np.copyto of the bytes poolfold reads and writes.",
+    ]
+    if REFERENCE in columns:
+        lines.append(f"{COLUMNS[REFERENCE]}: onnx's ReferenceEvaluator on the N=1 slice, time "
+                     "multiplied by N (extrapolated).")
+    if importlib.util.find_spec("torch") is None:
+        lines.append("torch: not installed.")
+    if meta["numba_threads"] < meta["threads"]:
+        lines.append(f"numba's pool has {meta['numba_threads']} threads: poolfold ran with "
+                     f"{meta['numba_threads']} (raise NUMBA_NUM_THREADS to go further).")
+    lines.append("")
+    lines += [f"{r['key']}: {r['title']}" for r in results]
+    notes = [f"  {r['key']}: {n}" for r in results for n in r["notes"]]
+    if notes:
+        lines += ["", "notes:"] + notes
+    return "\n".join(lines)
+
+
+def plot(results: list[dict], path: str) -> None:
+    """Bars of each implementation's time over the workload's baseline (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in results if r["ms"].get(r["baseline"])]
+    names = [c for c in COLUMNS if c != MEMCOPY
+             and any(r["ms"].get(c) is not None and c != r["baseline"] for r in shown)]
+    figure, axes = plt.subplots(figsize=(max(6.0, 1.2 * len(shown) + 2), 4.5))
+    width = 0.8 / max(len(names), 1)
+    for i, name in enumerate(names):
+        xs, ys = [], []
+        for j, r in enumerate(shown):
+            if r["ms"].get(name) is not None and name != r["baseline"]:
+                xs.append(j + (i - (len(names) - 1) / 2) * width)
+                ys.append(r["ms"][name] / r["ms"][r["baseline"]])
+        # Bars grow from 1 (as fast as the baseline), down for faster, up for slower.
+        bars = axes.bar(xs, [y - 1 for y in ys], width, bottom=1, label=name)
+        axes.bar_label(bars, labels=[f"{y:.2g}" for y in ys], fontsize=7)
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    axes.set_yscale("log")
+    axes.set_ylabel("time / the faster onnxruntime setting (log scale)")
+    axes.set_xticks(range(len(shown)))
+    axes.set_xticklabels(
+        [r["key"] + ("" if r["baseline"] in (ONNXRUNTIME, ONNXRUNTIME_NO_SPIN) else "\n(/ pf float32)")
+         for r in shown], rotation=30, ha="right", fontsize=8)
+    axes.legend(fontsize=8)
+    axes.set_title("poolfold bench: lower is faster")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

@@ -1,0 +1,192 @@
+"""Timing one workload: every implementation in its own blocks of consecutive calls.
+
+Alternating single calls (one call of each implementation per round) is not fair to a peer
+whose idle threads spin after a call, as onnxruntime's do by default: the spinning threads
+then steal the cores of the next implementation, so a bench that alternates must turn the
+spinning off, and that slows onnxruntime down.  Here each implementation runs as it would in
+a loop of its own: after a pause (the previous implementation's threads go idle) and an
+untimed call (its own threads wake up), a block of timed calls back to back.  The blocks of
+the implementations take turns over a few passes, in a rotating order, so that a noisy
+stretch of a shared machine does not fall on one implementation only.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..console import first_line
+from .peers import Unavailable, onnxruntime_runner, reference_runner, torch_runner
+from .workloads import (BASELINE_SETTINGS, MEMCOPY, ONNXRUNTIME, ONNXRUNTIME_NO_SPIN, POOLFOLD,
+                        REFERENCE, TORCH, Runner, Workload)
+
+WARMUP_CALLS = 2  # the first call compiles (or loads from numba's cache), the second settles
+PASSES = 3  # each implementation's rounds are split into this many blocks, taken in turns
+PAUSE_S = 0.2  # before each block: the previous implementation's idle threads go to sleep
+SETTLE_CALLS = 1  # untimed calls that start each block: this implementation's threads wake up
+REFERENCE_BUDGET_S = 10.0  # the reference evaluator gets as many rounds as fit in this
+
+
+@dataclass
+class Result:
+    key: str
+    title: str
+    ms: dict  # implementation -> median milliseconds; None where it did not run ('-')
+    spread_ms: dict  # implementation -> [first quartile, third quartile] of its rounds
+    rounds: dict  # implementation -> timed rounds
+    samples_ms: dict  # implementation -> every timed round, in the order timed
+    baseline: str  # the implementation poolfold's ratio is taken to: the fastest setting
+    ratio: float | None  # poolfold / baseline
+    copy_multiple: float  # poolfold / memcopy
+    bytes_moved: int  # inputs + outputs of poolfold's call: what memcopy copies
+    notes: list
+
+
+def passes(repeat: int) -> int:
+    return min(PASSES, repeat)
+
+
+def steps(repeat: int) -> int:
+    """Progress steps of one workload: the warm-up, then one per pass."""
+    return 1 + passes(repeat)
+
+
+def _block_sizes(rounds: int, count: int) -> list[int]:
+    """``rounds`` split into ``count`` blocks as even as possible, the larger ones first."""
+    return [rounds // count + (i < rounds % count) for i in range(count)]
+
+
+def _quartiles(samples: list[float]) -> list[float]:
+    if len(samples) < 2:
+        return [samples[0], samples[0]]
+    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return [q1, q3]
+
+
+def nbytes(outputs) -> int:
+    outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    return sum(np.asarray(a).nbytes for a in outputs if a is not None)
+
+
+def time_blocks(runners: dict, rounds: dict, repeat: int, tick=lambda p: None,
+                pause_s: float = PAUSE_S) -> dict:
+    """Seconds of each timed call, per runner: ``rounds[name]`` calls (default ``repeat``),
+    in blocks as this module's docstring says."""
+    names = list(runners)
+    count = passes(repeat)
+    sizes = {name: _block_sizes(rounds.get(name, repeat), count) for name in names}
+    times = {name: [] for name in names}
+    was_enabled = gc.isenabled()
+    try:
+        for p in range(count):
+            shift = p % len(names)
+            for name in names[shift:] + names[:shift]:
+                if not sizes[name][p]:
+                    continue
+                run = runners[name]
+                gc.collect()  # nobody's garbage is collected on another's time
+                time.sleep(pause_s)
+                for _ in range(0 if name == REFERENCE else SETTLE_CALLS):  # seconds per call
+                    run()
+                gc.disable()
+                for _ in range(sizes[name][p]):
+                    start = time.perf_counter()
+                    out = run()
+                    times[name].append(time.perf_counter() - start)
+                    del out  # freed outside the clock, for every implementation alike
+                if was_enabled:
+                    gc.enable()
+            tick(p + 1)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return times
+
+
+def run_workload(workload: Workload, repeat: int, threads: int, tick=lambda s: None) -> Result:
+    """Time one workload: every implementation that can run it, plus the memory-copy limit."""
+    feeds = workload.inputs()
+    node_feeds = workload.node_feeds(feeds)
+    notes: list[str] = []
+    runners: dict[str, Runner | None] = {}
+    rounds: dict[str, int] = {}
+    scale: dict[str, float] = {}
+
+    runners[POOLFOLD] = lambda: workload.poolfold(feeds)
+    moved = nbytes(list(feeds.values())) + nbytes(runners[POOLFOLD]())  # also the first warm-up
+
+    def add(name: str, build: Callable[[], Runner]) -> None:
+        try:
+            runners[name] = build()
+        except Unavailable as why:
+            runners[name] = None
+            notes.append(f"{name}: {why}")
+        except Exception as error:  # a comparator failing must not stop the benchmark
+            runners[name] = None
+            notes.append(f"{name}: failed: {first_line(error)}")
+
+    if workload.node is None:
+        runners[ONNXRUNTIME] = runners[ONNXRUNTIME_NO_SPIN] = None
+        notes.append(f"{ONNXRUNTIME}: not run; the yardstick is {workload.baseline}")
+    else:
+        for name, spinning in ((ONNXRUNTIME, True), (ONNXRUNTIME_NO_SPIN, False)):
+            add(name, lambda spinning=spinning: onnxruntime_runner(
+                workload, node_feeds, threads, spinning))
+    if workload.torch is not None and importlib.util.find_spec("torch") is not None:
+        add(TORCH, lambda: torch_runner(workload, node_feeds, threads))
+    if workload.reference and workload.node is not None:
+        def reference() -> Runner:
+            run, n, seconds = reference_runner(workload, node_feeds)
+            scale[REFERENCE] = n
+            rounds[REFERENCE] = max(1, min(repeat, int(REFERENCE_BUDGET_S / max(seconds, 1e-9))))
+            return run
+        add(REFERENCE, reference)
+    for name, build in workload.extras.items():
+        add(name, lambda build=build: build(node_feeds))
+
+    source = np.ones(moved, np.uint8)
+    target = np.empty_like(source)
+    runners[MEMCOPY] = lambda: np.copyto(target, source)  # reads and writes `moved` bytes
+
+    # Warm up (numba compiles or loads its cache on the first call); a runner that fails here
+    # is shown as '-' like one that could not be built.
+    for name, run in list(runners.items()):
+        if run is None:
+            continue
+        try:
+            for _ in range(0 if name == REFERENCE else WARMUP_CALLS):  # its estimate warmed it
+                run()
+        except Exception as error:
+            runners[name] = None
+            notes.append(f"{name}: failed: {first_line(error)}")
+    tick(1)
+
+    active = {k: v for k, v in runners.items() if v is not None}
+    times = time_blocks(active, rounds, repeat, lambda p: tick(1 + p))
+    ms = {k: (statistics.median(times[k]) * 1e3 * scale.get(k, 1) if k in times else None)
+          for k in runners}
+    if REFERENCE in scale and REFERENCE in times:
+        notes.append(f"{REFERENCE}: N=1 slice, time x{scale[REFERENCE]}"
+                     + (f", {rounds[REFERENCE]} rounds" if rounds[REFERENCE] < repeat else ""))
+    settings = [s for s in BASELINE_SETTINGS.get(workload.baseline, (workload.baseline,))
+                if ms.get(s) is not None]
+    baseline = min(settings, key=lambda s: ms[s]) if settings else workload.baseline
+    base = ms.get(baseline)
+    return Result(
+        key=workload.key, title=workload.title, ms=ms,
+        spread_ms={k: [round(q * 1e3 * scale.get(k, 1), 4) for q in _quartiles(v)]
+                   for k, v in times.items()},
+        rounds={k: len(v) for k, v in times.items()},
+        samples_ms={k: [round(t * 1e3 * scale.get(k, 1), 4) for t in v] for k, v in times.items()},
+        baseline=baseline,
+        ratio=ms[POOLFOLD] / base if base else None,
+        copy_multiple=ms[POOLFOLD] / ms[MEMCOPY],
+        bytes_moved=moved,
+        notes=notes,
+    )
