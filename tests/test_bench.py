@@ -92,6 +92,12 @@ def test_unknown_workload_is_a_usage_error():
     assert "maxpool2d" in done.stderr  # the known ones are listed
 
 
+def test_no_timing_and_no_section_is_a_usage_error():
+    done = _bench("--no-timing")
+    assert done.returncode == 2
+    assert "--no-timing leaves nothing to run" in done.stderr
+
+
 def test_memory_section_alone_reports_the_peak_beyond_the_outputs():
     done = _bench("maxunpool2d", "--no-timing", "--memory", "--json")
     assert done.returncode == 0, done.stderr

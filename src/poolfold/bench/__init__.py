@@ -55,8 +55,8 @@ Quickstart's `poolfold run` with an empty cache."""
 
 @dataclass(frozen=True)
 class Section:
-    """An optional benchmark run by the flag ``--NAME``: ``measure`` and ``summary`` of
-    ``module`` (see this package's docstring)."""
+    """An optional benchmark run by the flag ``--NAME`` (``name`` a Python identifier):
+    ``measure`` and ``summary`` of ``module`` (see this package's docstring)."""
 
     name: str
     module: str
@@ -171,6 +171,8 @@ def command(args) -> int:
     args.workloads = keys
     args.startup = args.startup or args.startup_all or bool(args.startup_case)
     sections = [s for s in SECTIONS if getattr(args, s.name)]
+    if not args.timing and not sections:
+        return _error("--no-timing leaves nothing to run: add a section such as --memory")
     numba_threads = set_threads(args.threads)
     meta = {**_meta(args, numba_threads), "load_average_start": _load_average()}
 
