@@ -721,6 +721,8 @@ def add_arguments(parser) -> None:
                         help="also measure poolfold's peak memory beyond its outputs (child processes)")
     parser.add_argument("--startup", action="store_true",
                         help="also measure first-call compile times and the cold start (slow)")
+    parser.add_argument("--models", action="store_true",
+                        help="time whole models through poolfold.backend against onnxruntime instead")
     parser.set_defaults(handler=command)
 
 
@@ -740,6 +742,11 @@ def _meta(args, numba_threads: int) -> dict:
 def command(args) -> int:
     from .cli import progress
 
+    if args.models:
+        from . import backend_bench
+
+        print(backend_bench.format_rows(backend_bench.run(max(args.repeat, 30))))
+        return 0
     keys = list(dict.fromkeys(args.workloads)) or list(BY_KEY)
     unknown = [k for k in keys if k not in BY_KEY]
     if unknown:
