@@ -24,7 +24,8 @@ class UsageError(Exception):
 
 RUN_HELP = """\
 Run an ONNX model with poolfold: MaxPool, MaxUnpool, Col2Im and the com.ms.internal.nhwc ops
-on poolfold's kernels, every other op on onnx's ReferenceEvaluator.
+on poolfold's kernels, every other op on onnxruntime when it is installed (each stretch of
+them one session), else on onnx's ReferenceEvaluator; --other-ops chooses.
 
 With no MODEL, runs the bundled example, a small SegNet-style encoder-decoder that uses
 MaxPool with Indices, MaxUnpool with output_shape and Col2Im. Inputs not given with --input
@@ -140,7 +141,7 @@ def command_run(args) -> int:
         origin = f"generated, seed {args.seed}" if name in generated else "from file"
         print(f"input  {name}: shape {value.shape}, {value.dtype} ({origin})")
     try:
-        rep = backend.prepare(model)
+        rep = backend.prepare(model, other_ops=args.other_ops)
         start = time.perf_counter()
         outputs = rep.run(feeds)
         seconds = time.perf_counter() - start
@@ -208,6 +209,9 @@ def parser() -> argparse.ArgumentParser:
                      help="feed the graph input NAME from a .npy file (repeatable)")
     run.add_argument("--output", metavar="FILE.npz", help="write every output to this .npz")
     run.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+    run.add_argument("--other-ops", choices=["onnxruntime", "reference"], default=None,
+                     help="what runs the ops poolfold does not implement (default: onnxruntime "
+                          "when installed, else onnx's reference evaluator)")
     run.set_defaults(handler=command_run)
 
     conformance = commands.add_parser(

@@ -69,6 +69,8 @@ SECTIONS: tuple[Section, ...] = (
     Section("startup", "poolfold.bench.startup",
             "also measure start-up: first calls with an empty numba cache (float32 ops), "
             "the warm-cache cold start and the Quickstart's `poolfold run` (minutes)"),
+    Section("models", "poolfold.backend_bench",
+            "also time whole models through poolfold.backend against onnxruntime alone"),
 )
 
 
