@@ -180,3 +180,15 @@ def test_the_bench_package_never_imports_the_command_line():
             "assert 'poolfold.cli' not in sys.modules, 'poolfold.cli imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_text_report_says_when_the_machine_was_busier_than_its_cores():
+    from poolfold.bench import _load_note
+
+    meta = {"cpu_count": 2, "threads": 2}
+    quiet = _load_note({**meta, "load_average_start": [0.5, 0.4, 0.3],
+                        "load_average_end": [3.5, 1.0, 0.5]})  # the bench's own 2 threads
+    busy = _load_note({**meta, "load_average_start": [9.9, 10.0, 8.0],
+                       "load_average_end": [12.0, 11.1, 9.5]})
+    assert "[0.5, 0.4, 0.3] at the start" in quiet and "busier" not in quiet
+    assert "busier than its 2 CPUs" in busy

@@ -137,6 +137,19 @@ def _load_average() -> list[float] | None:
         return None
 
 
+def _load_note(meta: dict) -> str:
+    start, end = meta["load_average_start"], meta["load_average_end"]
+    if start is None:
+        return "load average: not available on this platform"
+    note = f"load average (1, 5, 15 min): {start} at the start, {end} at the end"
+    cpus = meta["cpu_count"] or 1
+    # At the end the bench's own threads count in the load; at the start they do not.
+    if start[0] > cpus or end[0] - meta["threads"] > cpus:
+        note += (f"\nthe machine was busier than its {meta['cpu_count']} CPUs: these figures say "
+                 "more about the machine than about the implementations")
+    return note
+
+
 def _error(message: str) -> int:
     print(f"poolfold bench: error: {message}", file=sys.stderr)
     return 2
@@ -181,8 +194,7 @@ def command(args) -> int:
     else:
         texts = [report.format_results(results, meta)] if args.timing else []
         texts += [modules[name].summary(result) for name, result in measured.items()]
-        texts.append(f"load average (1, 5, 15 min): {meta['load_average_start']} at the start, "
-                     f"{meta['load_average_end']} at the end")
+        texts.append(_load_note(meta))
         print("\n\n".join(texts))
     if args.plot:
         report.plot(results, args.plot)
