@@ -104,7 +104,10 @@ class PoolfoldRep(BackendRep):
         if missing:
             raise PoolfoldError(f"missing input(s) {', '.join(missing)}")
         values = dict(self.constants)
-        values.update(feeds)
+        for name, value in feeds.items():
+            # onnxruntime takes arrays, not numpy's scalars (the reference evaluator takes both)
+            values[name] = np.asarray(value) if isinstance(value, (np.generic, int, float)) \
+                else value
         for step in self.steps:
             step.run(values)
         return self._outputs(*[values[name] for name in self.output_names])
