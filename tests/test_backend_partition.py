@@ -331,6 +331,9 @@ def test_session_options_pass_through():
     sessions = [step.session for step in rep.steps if step.runner == "onnxruntime"]
     assert len(sessions) == 4
     for session in sessions:
+        # idle threads do not spin between stretches, where poolfold's kernels run
+        spinning = "session.intra_op.allow_spinning"
+        assert session.get_session_options().get_session_config_entry(spinning) == "0"
         assert session.get_session_options().intra_op_num_threads == 1
         assert session.get_session_options().inter_op_num_threads == 1
         assert session.get_providers() == ["CPUExecutionProvider"]
