@@ -415,3 +415,39 @@ def test_value_nobody_gives_is_an_error_at_prepare():
                    [helper.make_tensor_value_info("y", F, None)])
     with pytest.raises(poolfold.PoolfoldError, match="ghost"):
         poolfold.backend.prepare(model)
+
+
+# ------------------------------------------------------------------------- the benchmark
+
+def test_bench_models_rows_and_table():
+    from poolfold import backend_bench
+
+    rows = backend_bench.run(repeat=2, warmup=1, reference=False)
+    by = {(r.model, r.implementation.split(" ")[0]): r for r in rows}
+    assert set(by) == {(m, i) for m in backend_bench.MODELS
+                       for i in ("onnxruntime", "poolfold.backend")}
+    assert by["segnet (bundled)", "onnxruntime"].median_ms > 0
+    assert by["segnet (bundled)", "poolfold.backend"].median_ms > 0
+    # onnxruntime alone refuses the 4-D pool; poolfold.backend runs it
+    refused = by["conv-pool4d-conv", "onnxruntime"]
+    assert refused.median_ms is None and "cannot run it" in refused.note
+    assert by["conv-pool4d-conv", "poolfold.backend"].median_ms > 0
+    table = backend_bench.format_rows(rows)
+    assert "vs onnxruntime" in table and "conv-pool4d-conv" in table
+
+
+def test_pool4d_model_against_the_oracle():
+    from poolfold import backend_bench
+
+    model, feeds = backend_bench.pool4d_model()
+    rep = poolfold.backend.prepare(model)
+    assert _runners(rep) == [("onnxruntime", ["Conv", "Reshape"]), ("poolfold", ["MaxPool"]),
+                             ("onnxruntime", ["Reshape", "Relu", "Conv"])]
+    values = {**rep.constants, **feeds}
+    for step in rep.steps:
+        step.run(values)
+    want = oracle.max_pool(values["c1_6d"], [2, 2, 2, 2], strides=[2, 2, 2, 2])[0]
+    np.testing.assert_array_equal(values["p"], want)
+    (y,) = rep.run(feeds)
+    np.testing.assert_array_equal(y, values["y"])
+    assert y.shape == (1, 4, 8, 8)
