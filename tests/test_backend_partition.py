@@ -451,3 +451,35 @@ def test_pool4d_model_against_the_oracle():
     (y,) = rep.run(feeds)
     np.testing.assert_array_equal(y, values["y"])
     assert y.shape == (1, 4, 8, 8)
+
+
+def test_stretch_typed_from_the_first_run():
+    """With no type for x (nor for what comes of it), the stretches get their sessions on the
+    first run, from the arrays they are fed; one onnxruntime refuses falls back then."""
+    graph_nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2]),
+        helper.make_node("Neg", ["p"], ["y"]),
+    ]
+    model = _model(graph_nodes, [helper.make_tensor_value_info("x", TensorProto.UNDEFINED, None)],
+                   [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
+    rep = poolfold.backend.prepare(model)
+    assert [step.session for step in rep.steps] == [None, None, None]
+    x = np.random.default_rng(25).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    (y,) = rep.run([x])
+    assert _runners(rep) == [("onnxruntime", ["Relu"]), ("poolfold", ["MaxPool"]),
+                             ("onnxruntime", ["Neg"])]
+    assert all(step.session is not None for step in rep.steps if step.runner != "poolfold")
+    np.testing.assert_array_equal(y, -oracle.max_pool(np.maximum(x, 0), [2, 2])[0])
+    np.testing.assert_array_equal(rep.run([x])[0], y)
+    # onnxruntime has no int16 Relu: known only at the first run, which falls back then
+    relu = _model(graph_nodes[:1], [helper.make_tensor_value_info("x", TensorProto.UNDEFINED,
+                                                                  None)],
+                  [helper.make_tensor_value_info("r", TensorProto.UNDEFINED, None)])
+    x16 = np.arange(-6, 6, dtype=np.int16).reshape(3, 4)
+    rep = poolfold.backend.prepare(relu)
+    with pytest.warns(poolfold.backend.FallbackWarning, match="Relu"):
+        (r16,) = rep.run([x16])
+    assert _runners(rep) == [("reference", ["Relu"])]
+    assert r16.dtype == np.int16
+    np.testing.assert_array_equal(r16, np.maximum(x16, 0))
