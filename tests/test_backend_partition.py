@@ -483,3 +483,13 @@ def test_stretch_typed_from_the_first_run():
     assert _runners(rep) == [("reference", ["Relu"])]
     assert r16.dtype == np.int16
     np.testing.assert_array_equal(r16, np.maximum(x16, 0))
+
+
+def test_max_pool_with_only_its_indices_kept():
+    node = helper.make_node("MaxPool", ["x"], ["", "i"], kernel_shape=[2, 2], strides=[2, 2])
+    model = _model([node, helper.make_node("Cast", ["i"], ["y"], to=F)],
+                   [helper.make_tensor_value_info("x", F, (1, 2, 4, 6))],
+                   [helper.make_tensor_value_info("y", F, None)])
+    x = np.random.default_rng(27).standard_normal((1, 2, 4, 6)).astype(np.float32)
+    (got,) = poolfold.backend.prepare(model).run([x])
+    np.testing.assert_array_equal(got, oracle.max_pool(x, [2, 2], strides=[2, 2])[1])

@@ -116,7 +116,7 @@ class PoolfoldRep(BackendRep):
 # ------------------------------------------------------------------------------ the steps
 
 class _PoolfoldStep:
-    """One of poolfold's nodes, with its attributes read once."""
+    """One of poolfold's nodes, its version and attributes checked once, by prepare."""
 
     runner = "poolfold"
     session = None
@@ -124,22 +124,19 @@ class _PoolfoldStep:
     def __init__(self, node: onnx.NodeProto, opsets: Mapping[str, int],
                  inferred_shape_indices: bool):
         self.nodes = [node]
-        self._domain = partition.default_domain(node.domain)
-        self._op = node.op_type
-        self._opset = opsets.get(self._domain)
-        if self._opset is None:
+        domain = partition.default_domain(node.domain)
+        opset = opsets.get(domain)
+        if opset is None:
             raise PoolfoldError(f"{partition.describe(node)}: the model imports no opset for "
-                                f"domain {self._domain or 'ai.onnx'!r}")
-        self._attributes = nodes.attributes_of(node)
+                                f"domain {domain or 'ai.onnx'!r}")
+        self._run = nodes.bind(domain, node.op_type, opset, nodes.attributes_of(node),
+                               node.output, inferred_shape_indices)
         self._inputs = list(node.input)
-        self._outputs = list(node.output)
-        self._inferred = inferred_shape_indices
+        self._outputs = list(node.output)  # "" for an omitted output, which is not kept
 
     def run(self, values: dict) -> None:
-        results = nodes.run(self._domain, self._op, self._opset, self._attributes,
-                            [values[name] if name else None for name in self._inputs],
-                            self._outputs, self._inferred)
-        values.update(zip((name for name in self._outputs if name), results))
+        results = self._run([values[name] if name else None for name in self._inputs])
+        values.update((name, value) for name, value in zip(self._outputs, results) if name)
 
 
 class _StretchStep:
@@ -191,6 +188,10 @@ class _WholeModel:
     def __init__(self, graph_nodes, session):
         self.nodes = graph_nodes
         self.session = session
+
+    def run(self, values: dict) -> None:
+        feeds = {name: values[name] for name in self.session.input_names}
+        values.update(zip(self.session.output_names, self.session.run(None, feeds)))
 
 
 def _opsets(model: onnx.ModelProto) -> dict[str, int]:
