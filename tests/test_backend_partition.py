@@ -493,3 +493,62 @@ def test_max_pool_with_only_its_indices_kept():
     x = np.random.default_rng(27).standard_normal((1, 2, 4, 6)).astype(np.float32)
     (got,) = poolfold.backend.prepare(model).run([x])
     np.testing.assert_array_equal(got, oracle.max_pool(x, [2, 2], strides=[2, 2])[1])
+
+
+# ------------------------------------------------------------------------- random chains
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_CHAIN_OPS = ["pool", "unpool", "relu", "neg", "mul", "transpose"]
+
+
+def _chain_model(ops):
+    """x -> the ops in order; "pool" grows H and W by one (kernel 2, pads 1), "unpool" pools
+    with Indices and restores the shape with MaxUnpool and Shape; the rest are other ops."""
+    graph_nodes, value = [], "x"
+    for position, op in enumerate(ops):
+        out = f"v{position}"
+        if op == "pool":
+            graph_nodes.append(helper.make_node("MaxPool", [value], [out], kernel_shape=[2, 2],
+                                                pads=[1, 1, 1, 1]))
+        elif op == "unpool":
+            graph_nodes += [
+                helper.make_node("MaxPool", [value], [f"{out}_p", f"{out}_i"], kernel_shape=[2, 2],
+                                 strides=[2, 2]),
+                helper.make_node("Shape", [value], [f"{out}_s"]),
+                helper.make_node("MaxUnpool", [f"{out}_p", f"{out}_i", f"{out}_s"], [out],
+                                 kernel_shape=[2, 2], strides=[2, 2]),
+            ]
+        elif op == "relu":
+            graph_nodes.append(helper.make_node("Relu", [value], [out]))
+        elif op == "neg":
+            graph_nodes.append(helper.make_node("Neg", [value], [out]))
+        elif op == "mul":
+            graph_nodes.append(helper.make_node("Mul", [value, "half"], [out]))
+        else:
+            graph_nodes.append(helper.make_node("Transpose", [value], [out], perm=[0, 1, 3, 2]))
+        value = out
+    graph_nodes.append(helper.make_node("Identity", [value], ["y"]))
+    return _model(graph_nodes, [helper.make_tensor_value_info("x", F, (1, 2, 5, 6))],
+                  [helper.make_tensor_value_info("y", F, None)],
+                  [numpy_helper.from_array(np.array(0.5, np.float32), "half")])
+
+
+@settings(max_examples=15, deadline=None)
+@given(ops=st.lists(st.sampled_from(_CHAIN_OPS), min_size=1, max_size=6),
+       seed=st.integers(0, 2**16))
+def test_random_chains_match_the_reference_path(ops, seed):
+    model = _chain_model(ops)
+    x = np.random.default_rng(seed).standard_normal((1, 2, 5, 6)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (got,), (want,), rep = _both(model, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    # one session per maximal run of other ops (the Shape of an unpool joins the run before it)
+    runs, previous = 0, None
+    for op in ops + ["identity"]:
+        other = op not in ("pool", "unpool")
+        runs += other and previous is not True and op != "unpool"
+        runs += op == "unpool" and previous is not True
+        previous = other
+    assert [step.runner for step in rep.steps].count("onnxruntime") == runs
