@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings, strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import oracle
@@ -265,7 +266,8 @@ def test_refused_stretch_falls_back_with_one_warning():
         helper.make_node("MaxPool", ["r"], ["q"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("Sqrt", ["q"], ["y"]),
     ]
-    model = _model(graph_nodes, [helper.make_tensor_value_info("x", TensorProto.INT8, (1, 2, 7, 7))],
+    model = _model(graph_nodes,
+                   [helper.make_tensor_value_info("x", TensorProto.INT8, (1, 2, 7, 7))],
                    [helper.make_tensor_value_info("y", F, None)])
     x = np.random.default_rng(23).integers(-128, 127, (1, 2, 7, 7), endpoint=True).astype(np.int8)
     with pytest.warns(poolfold.backend.FallbackWarning, match="Relu") as record:
@@ -497,8 +499,6 @@ def test_max_pool_with_only_its_indices_kept():
 
 # ------------------------------------------------------------------------- random chains
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
 _CHAIN_OPS = ["pool", "unpool", "relu", "neg", "mul", "transpose"]
 
 
@@ -552,3 +552,28 @@ def test_random_chains_match_the_reference_path(ops, seed):
         runs += op == "unpool" and previous is not True
         previous = other
     assert [step.runner for step in rep.steps].count("onnxruntime") == runs
+
+
+def test_local_function_holding_a_poolfold_op_runs_on_the_reference():
+    """A model-local function whose body has a 4-D MaxPool (onnxruntime would run its own
+    MaxPool, and has none for four spatial axes) runs alone, with poolfold's ops plugged in."""
+    function = helper.make_function(
+        "local", "Pool4", ["a"], ["b"],
+        [helper.make_node("MaxPool", ["a"], ["b"], kernel_shape=[2, 2, 2, 2])],
+        [helper.make_opsetid("", 18)])
+    graph_nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Pool4", ["r"], ["p"], domain="local"),
+        helper.make_node("Neg", ["p"], ["y"]),
+    ]
+    model = _model(graph_nodes, [helper.make_tensor_value_info("x", F, (1, 1, 3, 3, 3, 4))],
+                   [helper.make_tensor_value_info("y", F, None)],
+                   extra_opsets=[("local", 1)], functions=[function])
+    x = np.random.default_rng(28).standard_normal((1, 1, 3, 3, 3, 4)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (got,), (want,), rep = _both(model, {"x": x})
+    assert _runners(rep) == [("onnxruntime", ["Relu"]), ("reference", ["Pool4"]),
+                             ("onnxruntime", ["Neg"])]
+    np.testing.assert_array_equal(got, -oracle.max_pool(np.maximum(x, 0), [2, 2, 2, 2])[0])
+    np.testing.assert_array_equal(got, want)

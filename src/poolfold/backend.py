@@ -371,7 +371,7 @@ def _build_steps(model: onnx.ModelProto, inferred_shape_indices: bool, ops,
     steps: list = []
     refused: list[str] = []
     readers_of_constants: set[str] = {v.name for v in model.graph.output}
-    for step in partition.plan(model.graph):
+    for step in partition.plan(model.graph, model.functions):
         if step.kind == partition.POOLFOLD:
             node = step.nodes[0]
             steps.append(_PoolfoldStep(node, opsets, inferred_shape_indices))
