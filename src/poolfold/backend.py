@@ -172,12 +172,24 @@ class _StretchStep:
         feeds = {name: values[name] for name in self._inputs}
         if self.session is None:
             refused: list[str] = []
-            self._build({name: helper.make_tensor_type_proto(
-                helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype), None)
-                for name, value in feeds.items()}, refused)
+            self._build(_runtime_types(feeds), refused)
             _warn_refused(refused, stacklevel=4)
         results = self.session.run(self._outputs, feeds)
         values.update(zip(self._outputs, results))
+
+
+def _runtime_types(feeds: Mapping[str, Any]) -> dict[str, onnx.TypeProto]:
+    """The tensor types of the arrays fed (a value of another kind stays untyped, and
+    onnxruntime then refuses the stretch)."""
+    types = {}
+    for name, value in feeds.items():
+        if isinstance(value, np.ndarray):
+            try:
+                elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+            except (KeyError, TypeError, ValueError):
+                continue
+            types[name] = helper.make_tensor_type_proto(elem, None)
+    return types
 
 
 class _WholeModel:
