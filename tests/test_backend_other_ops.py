@@ -29,3 +29,21 @@ backend_test.exclude(EXCLUDE)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
     globals().update(backend_test.test_cases)
+
+
+def test_node_tests_run_on_onnxruntime():
+    """The tests above go through onnxruntime's sessions, not the fallback: every Conv, MatMul
+    and If test is one onnxruntime stretch."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = [c for c in collect_testcases(None)
+                 if c.name.startswith(("test_conv_", "test_matmul_", "test_if"))
+                 and "_opt" not in c.name and not c.name.endswith("_expanded")]
+    assert len(cases) >= 8
+    for case in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no fallback
+            rep = poolfold.backend.prepare(case.model)
+        assert [step.runner for step in rep.steps] == ["onnxruntime"], case.name
