@@ -394,7 +394,8 @@ def test_unknown_op_is_one_error_at_prepare(other_ops):
     assert "'mystery'" in message and "Frobnicate" in message and "knows" in message
 
 
-def test_unknown_op_inside_a_subgraph_is_named():
+@pytest.mark.parametrize("other_ops", ["onnxruntime", "reference"])
+def test_unknown_op_inside_a_subgraph_is_named(other_ops):
     inner = helper.make_graph([helper.make_node("Zap", ["p"], ["z"], domain="nowhere")], "b", [],
                               [helper.make_tensor_value_info("z", F, None)])
     graph_nodes = [
@@ -408,7 +409,7 @@ def test_unknown_op_inside_a_subgraph_is_named():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", poolfold.backend.FallbackWarning)
         with pytest.raises(poolfold.PoolfoldError, match="nowhere.Zap"):
-            poolfold.backend.prepare(model)
+            poolfold.backend.prepare(model, other_ops=other_ops)
 
 
 def test_value_nobody_gives_is_an_error_at_prepare():
