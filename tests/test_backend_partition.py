@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings, strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import oracle
@@ -265,7 +266,8 @@ def test_refused_stretch_falls_back_with_one_warning():
         helper.make_node("MaxPool", ["r"], ["q"], kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("Sqrt", ["q"], ["y"]),
     ]
-    model = _model(graph_nodes, [helper.make_tensor_value_info("x", TensorProto.INT8, (1, 2, 7, 7))],
+    model = _model(graph_nodes,
+                   [helper.make_tensor_value_info("x", TensorProto.INT8, (1, 2, 7, 7))],
                    [helper.make_tensor_value_info("y", F, None)])
     x = np.random.default_rng(23).integers(-128, 127, (1, 2, 7, 7), endpoint=True).astype(np.int8)
     with pytest.warns(poolfold.backend.FallbackWarning, match="Relu") as record:
@@ -331,6 +333,9 @@ def test_session_options_pass_through():
     sessions = [step.session for step in rep.steps if step.runner == "onnxruntime"]
     assert len(sessions) == 4
     for session in sessions:
+        # idle threads do not spin between stretches, where poolfold's kernels run
+        spinning = "session.intra_op.allow_spinning"
+        assert session.get_session_options().get_session_config_entry(spinning) == "0"
         assert session.get_session_options().intra_op_num_threads == 1
         assert session.get_session_options().inter_op_num_threads == 1
         assert session.get_providers() == ["CPUExecutionProvider"]
@@ -389,7 +394,8 @@ def test_unknown_op_is_one_error_at_prepare(other_ops):
     assert "'mystery'" in message and "Frobnicate" in message and "knows" in message
 
 
-def test_unknown_op_inside_a_subgraph_is_named():
+@pytest.mark.parametrize("other_ops", ["onnxruntime", "reference"])
+def test_unknown_op_inside_a_subgraph_is_named(other_ops):
     inner = helper.make_graph([helper.make_node("Zap", ["p"], ["z"], domain="nowhere")], "b", [],
                               [helper.make_tensor_value_info("z", F, None)])
     graph_nodes = [
@@ -403,7 +409,7 @@ def test_unknown_op_inside_a_subgraph_is_named():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", poolfold.backend.FallbackWarning)
         with pytest.raises(poolfold.PoolfoldError, match="nowhere.Zap"):
-            poolfold.backend.prepare(model)
+            poolfold.backend.prepare(model, other_ops=other_ops)
 
 
 def test_value_nobody_gives_is_an_error_at_prepare():
@@ -412,3 +418,163 @@ def test_value_nobody_gives_is_an_error_at_prepare():
                    [helper.make_tensor_value_info("y", F, None)])
     with pytest.raises(poolfold.PoolfoldError, match="ghost"):
         poolfold.backend.prepare(model)
+
+
+# ------------------------------------------------------------------------- the benchmark
+
+def test_bench_models_rows_and_table():
+    from poolfold import backend_bench
+
+    rows = backend_bench.run(repeat=2, warmup=1, reference=False)
+    by = {(r.model, r.implementation.split(" ")[0]): r for r in rows}
+    assert set(by) == {(m, i) for m in backend_bench.MODELS
+                       for i in ("onnxruntime", "poolfold.backend")}
+    assert by["segnet (bundled)", "onnxruntime"].median_ms > 0
+    assert by["segnet (bundled)", "poolfold.backend"].median_ms > 0
+    # onnxruntime alone refuses the 4-D pool; poolfold.backend runs it
+    refused = by["conv-pool4d-conv", "onnxruntime"]
+    assert refused.median_ms is None and "cannot run it" in refused.note
+    assert by["conv-pool4d-conv", "poolfold.backend"].median_ms > 0
+    table = backend_bench.format_rows(rows)
+    assert "vs onnxruntime" in table and "conv-pool4d-conv" in table
+
+
+def test_pool4d_model_against_the_oracle():
+    from poolfold import backend_bench
+
+    model, feeds = backend_bench.pool4d_model()
+    rep = poolfold.backend.prepare(model)
+    assert _runners(rep) == [("onnxruntime", ["Conv", "Reshape"]), ("poolfold", ["MaxPool"]),
+                             ("onnxruntime", ["Reshape", "Relu", "Conv"])]
+    values = {**rep.constants, **feeds}
+    for step in rep.steps:
+        step.run(values)
+    want = oracle.max_pool(values["c1_6d"], [2, 2, 2, 2], strides=[2, 2, 2, 2])[0]
+    np.testing.assert_array_equal(values["p"], want)
+    (y,) = rep.run(feeds)
+    np.testing.assert_array_equal(y, values["y"])
+    assert y.shape == (1, 4, 8, 8)
+
+
+def test_stretch_typed_from_the_first_run():
+    """With no type for x (nor for what comes of it), the stretches get their sessions on the
+    first run, from the arrays they are fed; one onnxruntime refuses falls back then."""
+    graph_nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2]),
+        helper.make_node("Neg", ["p"], ["y"]),
+    ]
+    model = _model(graph_nodes, [helper.make_tensor_value_info("x", TensorProto.UNDEFINED, None)],
+                   [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)])
+    rep = poolfold.backend.prepare(model)
+    assert [step.session for step in rep.steps] == [None, None, None]
+    x = np.random.default_rng(25).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    (y,) = rep.run([x])
+    assert _runners(rep) == [("onnxruntime", ["Relu"]), ("poolfold", ["MaxPool"]),
+                             ("onnxruntime", ["Neg"])]
+    assert all(step.session is not None for step in rep.steps if step.runner != "poolfold")
+    np.testing.assert_array_equal(y, -oracle.max_pool(np.maximum(x, 0), [2, 2])[0])
+    np.testing.assert_array_equal(rep.run([x])[0], y)
+    # onnxruntime has no int16 Relu: known only at the first run, which falls back then
+    relu = _model(graph_nodes[:1], [helper.make_tensor_value_info("x", TensorProto.UNDEFINED,
+                                                                  None)],
+                  [helper.make_tensor_value_info("r", TensorProto.UNDEFINED, None)])
+    x16 = np.arange(-6, 6, dtype=np.int16).reshape(3, 4)
+    rep = poolfold.backend.prepare(relu)
+    with pytest.warns(poolfold.backend.FallbackWarning, match="Relu"):
+        (r16,) = rep.run([x16])
+    assert _runners(rep) == [("reference", ["Relu"])]
+    assert r16.dtype == np.int16
+    np.testing.assert_array_equal(r16, np.maximum(x16, 0))
+
+
+def test_max_pool_with_only_its_indices_kept():
+    node = helper.make_node("MaxPool", ["x"], ["", "i"], kernel_shape=[2, 2], strides=[2, 2])
+    model = _model([node, helper.make_node("Cast", ["i"], ["y"], to=F)],
+                   [helper.make_tensor_value_info("x", F, (1, 2, 4, 6))],
+                   [helper.make_tensor_value_info("y", F, None)])
+    x = np.random.default_rng(27).standard_normal((1, 2, 4, 6)).astype(np.float32)
+    (got,) = poolfold.backend.prepare(model).run([x])
+    np.testing.assert_array_equal(got, oracle.max_pool(x, [2, 2], strides=[2, 2])[1])
+
+
+# ------------------------------------------------------------------------- random chains
+
+_CHAIN_OPS = ["pool", "unpool", "relu", "neg", "mul", "transpose"]
+
+
+def _chain_model(ops):
+    """x -> the ops in order; "pool" grows H and W by one (kernel 2, pads 1), "unpool" pools
+    with Indices and restores the shape with MaxUnpool and Shape; the rest are other ops."""
+    graph_nodes, value = [], "x"
+    for position, op in enumerate(ops):
+        out = f"v{position}"
+        if op == "pool":
+            graph_nodes.append(helper.make_node("MaxPool", [value], [out], kernel_shape=[2, 2],
+                                                pads=[1, 1, 1, 1]))
+        elif op == "unpool":
+            graph_nodes += [
+                helper.make_node("MaxPool", [value], [f"{out}_p", f"{out}_i"], kernel_shape=[2, 2],
+                                 strides=[2, 2]),
+                helper.make_node("Shape", [value], [f"{out}_s"]),
+                helper.make_node("MaxUnpool", [f"{out}_p", f"{out}_i", f"{out}_s"], [out],
+                                 kernel_shape=[2, 2], strides=[2, 2]),
+            ]
+        elif op == "relu":
+            graph_nodes.append(helper.make_node("Relu", [value], [out]))
+        elif op == "neg":
+            graph_nodes.append(helper.make_node("Neg", [value], [out]))
+        elif op == "mul":
+            graph_nodes.append(helper.make_node("Mul", [value, "half"], [out]))
+        else:
+            graph_nodes.append(helper.make_node("Transpose", [value], [out], perm=[0, 1, 3, 2]))
+        value = out
+    graph_nodes.append(helper.make_node("Identity", [value], ["y"]))
+    return _model(graph_nodes, [helper.make_tensor_value_info("x", F, (1, 2, 5, 6))],
+                  [helper.make_tensor_value_info("y", F, None)],
+                  [numpy_helper.from_array(np.array(0.5, np.float32), "half")])
+
+
+@settings(max_examples=15, deadline=None)
+@given(ops=st.lists(st.sampled_from(_CHAIN_OPS), min_size=1, max_size=6),
+       seed=st.integers(0, 2**16))
+def test_random_chains_match_the_reference_path(ops, seed):
+    model = _chain_model(ops)
+    x = np.random.default_rng(seed).standard_normal((1, 2, 5, 6)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (got,), (want,), rep = _both(model, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    # one session per maximal run of other ops (the Shape of an unpool joins the run before it)
+    runs, previous = 0, None
+    for op in ops + ["identity"]:
+        other = op not in ("pool", "unpool")
+        runs += other and previous is not True and op != "unpool"
+        runs += op == "unpool" and previous is not True
+        previous = other
+    assert [step.runner for step in rep.steps].count("onnxruntime") == runs
+
+
+def test_local_function_holding_a_poolfold_op_runs_on_the_reference():
+    """A model-local function whose body has a 4-D MaxPool (onnxruntime would run its own
+    MaxPool, and has none for four spatial axes) runs alone, with poolfold's ops plugged in."""
+    function = helper.make_function(
+        "local", "Pool4", ["a"], ["b"],
+        [helper.make_node("MaxPool", ["a"], ["b"], kernel_shape=[2, 2, 2, 2])],
+        [helper.make_opsetid("", 18)])
+    graph_nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Pool4", ["r"], ["p"], domain="local"),
+        helper.make_node("Neg", ["p"], ["y"]),
+    ]
+    model = _model(graph_nodes, [helper.make_tensor_value_info("x", F, (1, 1, 3, 3, 3, 4))],
+                   [helper.make_tensor_value_info("y", F, None)],
+                   extra_opsets=[("local", 1)], functions=[function])
+    x = np.random.default_rng(28).standard_normal((1, 1, 3, 3, 3, 4)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (got,), (want,), rep = _both(model, {"x": x})
+    assert _runners(rep) == [("onnxruntime", ["Relu"]), ("reference", ["Pool4"]),
+                             ("onnxruntime", ["Neg"])]
+    np.testing.assert_array_equal(got, -oracle.max_pool(np.maximum(x, 0), [2, 2, 2, 2])[0])
+    np.testing.assert_array_equal(got, want)

@@ -104,7 +104,10 @@ class PoolfoldRep(BackendRep):
         if missing:
             raise PoolfoldError(f"missing input(s) {', '.join(missing)}")
         values = dict(self.constants)
-        values.update(feeds)
+        for name, value in feeds.items():
+            # onnxruntime takes arrays, not numpy's scalars (the reference evaluator takes both)
+            values[name] = np.asarray(value) if isinstance(value, (np.generic, int, float)) \
+                else value
         for step in self.steps:
             step.run(values)
         return self._outputs(*[values[name] for name in self.output_names])
@@ -113,7 +116,7 @@ class PoolfoldRep(BackendRep):
 # ------------------------------------------------------------------------------ the steps
 
 class _PoolfoldStep:
-    """One of poolfold's nodes, with its attributes read once."""
+    """One of poolfold's nodes, its version and attributes checked once, by prepare."""
 
     runner = "poolfold"
     session = None
@@ -121,22 +124,19 @@ class _PoolfoldStep:
     def __init__(self, node: onnx.NodeProto, opsets: Mapping[str, int],
                  inferred_shape_indices: bool):
         self.nodes = [node]
-        self._domain = partition.default_domain(node.domain)
-        self._op = node.op_type
-        self._opset = opsets.get(self._domain)
-        if self._opset is None:
+        domain = partition.default_domain(node.domain)
+        opset = opsets.get(domain)
+        if opset is None:
             raise PoolfoldError(f"{partition.describe(node)}: the model imports no opset for "
-                                f"domain {self._domain or 'ai.onnx'!r}")
-        self._attributes = nodes.attributes_of(node)
+                                f"domain {domain or 'ai.onnx'!r}")
+        self._run = nodes.bind(domain, node.op_type, opset, nodes.attributes_of(node),
+                               node.output, inferred_shape_indices)
         self._inputs = list(node.input)
-        self._outputs = list(node.output)
-        self._inferred = inferred_shape_indices
+        self._outputs = list(node.output)  # "" for an omitted output, which is not kept
 
     def run(self, values: dict) -> None:
-        results = nodes.run(self._domain, self._op, self._opset, self._attributes,
-                            [values[name] if name else None for name in self._inputs],
-                            self._outputs, self._inferred)
-        values.update(zip((name for name in self._outputs if name), results))
+        results = self._run([values[name] if name else None for name in self._inputs])
+        values.update((name, value) for name, value in zip(self._outputs, results) if name)
 
 
 class _StretchStep:
@@ -172,12 +172,24 @@ class _StretchStep:
         feeds = {name: values[name] for name in self._inputs}
         if self.session is None:
             refused: list[str] = []
-            self._build({name: helper.make_tensor_type_proto(
-                helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype), None)
-                for name, value in feeds.items()}, refused)
+            self._build(_runtime_types(feeds), refused)
             _warn_refused(refused, stacklevel=4)
         results = self.session.run(self._outputs, feeds)
         values.update(zip(self._outputs, results))
+
+
+def _runtime_types(feeds: Mapping[str, Any]) -> dict[str, onnx.TypeProto]:
+    """The tensor types of the arrays fed (a value of another kind stays untyped, and
+    onnxruntime then refuses the stretch)."""
+    types = {}
+    for name, value in feeds.items():
+        if isinstance(value, np.ndarray):
+            try:
+                elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+            except (KeyError, TypeError, ValueError):
+                continue
+            types[name] = helper.make_tensor_type_proto(elem, None)
+    return types
 
 
 class _WholeModel:
@@ -188,6 +200,10 @@ class _WholeModel:
     def __init__(self, graph_nodes, session):
         self.nodes = graph_nodes
         self.session = session
+
+    def run(self, values: dict) -> None:
+        feeds = {name: values[name] for name in self.session.input_names}
+        values.update(zip(self.session.output_names, self.session.run(None, feeds)))
 
 
 def _opsets(model: onnx.ModelProto) -> dict[str, int]:
@@ -279,6 +295,10 @@ def _session_options(options: Mapping[str, Any]):
     if given is None:
         given = onnxruntime.SessionOptions()
         given.log_severity_level = 3  # a refused stretch is reported once, by poolfold
+        # onnxruntime's idle threads spin after each run, waiting for more work; between
+        # stretches that work is poolfold's kernels, whose threads they then slow down (on
+        # 2 busy cores, the bundled model took 0.4 s a run with spinning, 34 ms without).
+        given.add_session_config_entry("session.intra_op.allow_spinning", "0")
         for name, count in threads.items():
             setattr(given, name, int(count))
     providers = options.get("providers") or ["CPUExecutionProvider"]
@@ -363,7 +383,7 @@ def _build_steps(model: onnx.ModelProto, inferred_shape_indices: bool, ops,
     steps: list = []
     refused: list[str] = []
     readers_of_constants: set[str] = {v.name for v in model.graph.output}
-    for step in partition.plan(model.graph):
+    for step in partition.plan(model.graph, model.functions):
         if step.kind == partition.POOLFOLD:
             node = step.nodes[0]
             steps.append(_PoolfoldStep(node, opsets, inferred_shape_indices))

@@ -1,4 +1,4 @@
-"""Whole models through ``poolfold.backend`` against onnxruntime alone (``poolfold bench --models``).
+"""Whole models through ``poolfold.backend`` against onnxruntime alone: ``poolfold bench --models``.
 
 Two models: the bundled SegNet-style example (1, 3, 64, 64), which onnxruntime runs by itself,
 and ``conv-pool4d-conv``, a Conv, a 4-D-spatial MaxPool on a rank-6 tensor (onnxruntime's

@@ -3,9 +3,10 @@
 A node poolfold implements (:func:`poolfold.nodes.implements`) runs on its own, on poolfold's
 kernels.  Every other node belongs to a *stretch*: a maximal run of consecutive other nodes,
 which the backend hands to onnxruntime as one small model.  A node whose subgraphs (If, Loop,
-Scan) hold one of poolfold's nodes is a stretch of its own that only onnx's ReferenceEvaluator,
-with poolfold's ops plugged in, can run: onnxruntime does not know every op poolfold runs (the
-nhwc MaxUnpool, 4-D pooling) and would run the others with its own semantics.
+Scan) or model-local function hold one of poolfold's nodes is a stretch of its own, which only
+onnx's ReferenceEvaluator with poolfold's ops plugged in can run: onnxruntime does not know
+every op poolfold runs (the nhwc MaxUnpool, 4-D pooling) and would run the others with its
+own semantics.
 
 The nodes are put in an order that keeps the stretches long: among the nodes whose inputs are
 ready, the other nodes run first, all of them, before the next of poolfold's nodes; so a Shape
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Mapping, Sequence
 
 import onnx
 from onnx import helper
@@ -26,7 +27,7 @@ from . import nodes
 from .errors import PoolfoldError
 
 POOLFOLD = "poolfold"  # one of poolfold's nodes, alone
-NESTED = "nested"  # a node whose subgraphs hold poolfold's nodes, alone, on the reference
+NESTED = "nested"  # a node holding poolfold's nodes inside it, alone, on the reference
 OTHER = "other"  # a stretch of other nodes
 
 # ONNX's default domain has two spellings.
@@ -71,17 +72,27 @@ def node_reads(node: onnx.NodeProto) -> list[str]:
     return reads
 
 
-def holds_poolfold_nodes(node: onnx.NodeProto) -> bool:
+Functions = Mapping[tuple[str, str], onnx.FunctionProto]  # (domain, name) -> local function
+
+
+def holds_poolfold_nodes(node: onnx.NodeProto, functions: Functions = {}) -> bool:
+    """Whether one of poolfold's nodes is inside the node: in its subgraphs, or in the body of
+    the model-local function it calls (``functions``: (domain, name) -> function)."""
+    bodies = [list(graph.node) for graph in subgraphs(node)]
+    function = functions.get((node.domain, node.op_type))
+    if function is not None:
+        bodies.append(list(function.node))
     return any(
-        nodes.implements(default_domain(inner.domain), inner.op_type) or holds_poolfold_nodes(inner)
-        for graph in subgraphs(node) for inner in graph.node
+        nodes.implements(default_domain(inner.domain), inner.op_type)
+        or holds_poolfold_nodes(inner, functions)
+        for body in bodies for inner in body
     )
 
 
-def kind_of(node: onnx.NodeProto) -> str:
+def kind_of(node: onnx.NodeProto, functions: Functions = {}) -> str:
     if nodes.implements(default_domain(node.domain), node.op_type):
         return POOLFOLD
-    return NESTED if holds_poolfold_nodes(node) else OTHER
+    return NESTED if holds_poolfold_nodes(node, functions) else OTHER
 
 
 @dataclass
@@ -98,9 +109,11 @@ class Step:
     constants: list[str] = field(default_factory=list)  # initializers it reads
 
 
-def plan(graph: onnx.GraphProto) -> list[Step]:
-    """The graph's nodes as an ordered list of steps (see the module's docstring)."""
-    constants = {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
+def plan(graph: onnx.GraphProto, functions: Sequence[onnx.FunctionProto] = ()) -> list[Step]:
+    """The graph's nodes as an ordered list of steps (see the module's docstring);
+    ``functions`` are the model's local functions."""
+    constants = {t.name for t in graph.initializer}
+    constants |= {t.values.name for t in graph.sparse_initializer}
     available = {v.name for v in graph.input} | constants
     producer: dict[str, int] = {}
     for index, node in enumerate(graph.node):
@@ -108,7 +121,8 @@ def plan(graph: onnx.GraphProto) -> list[Step]:
             if name:
                 producer[name] = index
     reads = [node_reads(node) for node in graph.node]
-    kinds = [kind_of(node) for node in graph.node]
+    by_name = {(f.domain, f.name): f for f in functions}
+    kinds = [kind_of(node, by_name) for node in graph.node]
     waiting = [0] * len(graph.node)
     readers: list[list[int]] = [[] for _ in graph.node]
     for index, (node, names) in enumerate(zip(graph.node, reads)):
@@ -169,14 +183,14 @@ def plan(graph: onnx.GraphProto) -> list[Step]:
     return [step for step in order if step.outputs or step.kind == POOLFOLD]
 
 
-def _tensor_type_names() -> dict[str, int]:
-    return {name.lower(): value for name, value in onnx.TensorProto.DataType.items()}
+# onnxruntime's names of element types ("float", "int64", "bfloat16") -> onnx's numbers
+_TENSOR_TYPES = {name.lower(): value for name, value in onnx.TensorProto.DataType.items()}
 
 
 def type_from_ort(text: str) -> onnx.TypeProto | None:
     """onnxruntime's type string (``tensor(float)``) as a TypeProto without a shape."""
     if text.startswith("tensor(") and text.endswith(")"):
-        elem = _tensor_type_names().get(text[len("tensor("):-1])
+        elem = _TENSOR_TYPES.get(text[len("tensor("):-1])
         if elem is not None:
             return helper.make_tensor_type_proto(elem, None)
     return None
