@@ -578,3 +578,27 @@ def test_local_function_holding_a_poolfold_op_runs_on_the_reference():
                              ("onnxruntime", ["Neg"])]
     np.testing.assert_array_equal(got, -oracle.max_pool(np.maximum(x, 0), [2, 2, 2, 2])[0])
     np.testing.assert_array_equal(got, want)
+
+
+def test_intermediates_are_freed_after_their_last_reader():
+    """run keeps only what later steps or the outputs need: on the bundled model, enc1_act goes
+    once its last reader (the first MaxPool) has run; the outputs stay."""
+    model = onnx.load(str(models.path()))
+    rep = poolfold.backend.prepare(model)
+    x = np.random.default_rng(29).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    held = []
+    for step in rep.steps:
+        original = step.run
+
+        def spy(values, original=original):
+            original(values)
+            held.append(set(values))
+
+        step.run = spy
+    got = rep.run([x])
+    assert "enc1_act" in held[0] and "enc1_act" not in held[-1]
+    assert held[-1] >= {"segmentation", "encoded"}
+    # every value a step reads was still there when it ran (the results are right)
+    want = poolfold.backend.prepare(model, other_ops="reference").run([x])
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

@@ -78,6 +78,7 @@ class PoolfoldRep(BackendRep):
         self._session = None
         self.steps = _build_steps(model, inferred_shape_indices, self._ops, session or {},
                                   self.constants)
+        self._released = _last_reads(self.steps, set(self.output_names))
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         if isinstance(inputs, Mapping):
@@ -108,9 +109,27 @@ class PoolfoldRep(BackendRep):
             # onnxruntime takes arrays, not numpy's scalars (the reference evaluator takes both)
             values[name] = np.asarray(value) if isinstance(value, (np.generic, int, float)) \
                 else value
-        for step in self.steps:
+        for step, released in zip(self.steps, self._released):
             step.run(values)
+            for name in released:  # an intermediate no later step reads: free it now
+                values.pop(name, None)
         return self._outputs(*[values[name] for name in self.output_names])
+
+
+def _last_reads(steps: list, kept: set[str]) -> list[list[str]]:
+    """For each step, the values to drop after it: those it is the last to read, and those it
+    writes that no one reads (graph outputs are kept)."""
+    last: dict[str, int] = {}
+    for index, step in enumerate(steps):
+        for name in step.reads:
+            last[name] = index
+    released: list[list[str]] = [[] for _ in steps]
+    for index, step in enumerate(steps):
+        released[index] += [name for name in step.writes if name not in last and name not in kept]
+    for name, index in last.items():
+        if name not in kept:
+            released[index].append(name)
+    return released
 
 
 # ------------------------------------------------------------------------------ the steps
@@ -133,6 +152,8 @@ class _PoolfoldStep:
                                node.output, inferred_shape_indices)
         self._inputs = list(node.input)
         self._outputs = list(node.output)  # "" for an omitted output, which is not kept
+        self.reads = [name for name in node.input if name]
+        self.writes = [name for name in node.output if name]
 
     def run(self, values: dict) -> None:
         results = self._run([values[name] if name else None for name in self._inputs])
@@ -149,8 +170,8 @@ class _StretchStep:
                  refused: list[str]):
         self.nodes = step.nodes
         self._step = step
-        self._inputs = step.inputs
-        self._outputs = step.outputs
+        self._inputs = self.reads = step.inputs
+        self._outputs = self.writes = step.outputs
         self._sessions = sessions
         self.session = None
         self.runner = ONNXRUNTIME
