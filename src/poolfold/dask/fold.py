@@ -1,0 +1,2 @@
+def col2im(*a, **k):
+    raise NotImplementedError
