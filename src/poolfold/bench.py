@@ -721,6 +721,9 @@ def add_arguments(parser) -> None:
                         help="also measure poolfold's peak memory beyond its outputs (child processes)")
     parser.add_argument("--startup", action="store_true",
                         help="also measure first-call compile times and the cold start (slow)")
+    from .dask.options import add_dask_arguments  # imports no dask
+
+    add_dask_arguments(parser)
     parser.set_defaults(handler=command)
 
 
@@ -740,6 +743,10 @@ def _meta(args, numba_threads: int) -> dict:
 def command(args) -> int:
     from .cli import progress
 
+    if args.dask:
+        from .dask.bench import command as dask_command
+
+        return dask_command(args)
     keys = list(dict.fromkeys(args.workloads)) or list(BY_KEY)
     unknown = [k for k in keys if k not in BY_KEY]
     if unknown:

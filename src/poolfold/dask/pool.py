@@ -22,8 +22,8 @@ from ..geometry import WindowPlan
 from ..kernels import launch
 from ..kernels.activation import IDENTITY, activate_in_place
 from ..kernels.channels_last import nchw_indices
+from ..kernels.renumber import renumber
 from ..memory import allocate, check_size
-from ..ops._common import row_major_strides
 from ..ops.max_pool import pool_planes
 from ..ops.nhwc import _with_channels
 from . import _graph
@@ -66,30 +66,17 @@ def block_plan(plan: WindowPlan, axis_blocks) -> WindowPlan:
 
 def global_indices(local: np.ndarray, block_spatial, origin, spatial, plane0, channels,
                    storage_order: int) -> np.ndarray:
-    """Indices of a block pooled on its own (NCHW-shaped, flat in the block) as flat positions
-    in the whole X: plane ``(n*C + c)``, position offset by the block's ``origin``, in the same
-    storage order; -1 (an empty window) stays -1."""
+    """Indices of a block pooled on its own (NCHW-shaped, flat in the block), in place, as
+    flat positions in the whole X: plane ``(n*C + c)``, position offset by the block's
+    ``origin``, in the same storage order; -1 (an empty window) stays -1."""
     nb, cb = local.shape[:2]
-    lead = (nb, cb) + (1,) * (local.ndim - 2)
-    block_size = math.prod(block_spatial)
-    local_plane = (np.arange(nb * cb, dtype=np.int64) * block_size).reshape(lead)
     n0, c0 = plane0
     planes = ((n0 + np.arange(nb, dtype=np.int64))[:, None] * channels
               + (c0 + np.arange(cb, dtype=np.int64))[None, :])
-    base = (planes * math.prod(spatial)).reshape(lead)
-    empty = local < 0
-    within = np.where(empty, 0, local - local_plane)
-    order = "F" if storage_order == 1 else "C"
-    coords = np.unravel_index(within, block_spatial, order=order)
-    if storage_order == 1:
-        strides = np.cumprod((1,) + tuple(spatial[:-1]), dtype=np.int64)
-    else:
-        strides = row_major_strides(spatial)
-    result = base.copy() if base.shape == local.shape else np.broadcast_to(base, local.shape).copy()
-    for a, c in enumerate(coords):
-        result += (c + origin[a]) * strides[a]
-    result[empty] = -1
-    return result
+    launch(renumber, local.reshape(nb * cb, -1), np.array(block_spatial, np.int64),
+           np.array(origin, np.int64), np.array(spatial, np.int64),
+           (planes * math.prod(spatial)).reshape(-1), storage_order == 1)
+    return local
 
 
 def _pool_block(arrays, placements, block_shape, dtype, label, plan, return_indices,
