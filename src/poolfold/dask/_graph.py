@@ -21,7 +21,12 @@ def as_dask(spec: OpVersion, value, name: str, min_rank: int = 3) -> da.Array:
     checks and messages of the in-memory ops' ``as_tensor``, made on dtype and shape only."""
     if not isinstance(value, da.Array):
         try:
-            value = da.asarray(value)
+            stored = getattr(value, "chunks", None)  # zarr, h5py: keep the stored chunks
+            if isinstance(stored, tuple) and hasattr(value, "shape") and all(
+                    isinstance(c, (int, np.integer)) for c in stored):
+                value = da.from_array(value, chunks=stored)
+            else:
+                value = da.asarray(value)
         except (ValueError, TypeError, NotImplementedError) as error:
             raise PoolfoldTypeError(
                 f"{spec.label}: input '{name}' is not convertible to an array: {error}"

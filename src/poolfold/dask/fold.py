@@ -129,7 +129,7 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
     its image (see the module doc for why this keeps every sum's bits).
     """
     spec = schema.resolve("Col2Im", opset)
-    x = _graph.as_dask(spec, x, "input", min_rank=0)
+    x = _graph.as_dask(spec, x, "input")
     if x.ndim != 3:
         raise PoolfoldError(
             f"{spec.label}: input 'input' must have rank 3 [N, C*prod(block_shape), L], "

@@ -16,10 +16,10 @@ def max_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None, auto_p
     ``(Y, Indices)`` as dask arrays, equal bit for bit to the in-memory result.
 
     Output chunks follow input chunks: N and C chunks are the input's; along each spatial axis,
-    an output position belongs to the input chunk where its window starts (windows starting in
-    the padding belong to the first or last chunk), and input chunks where no window starts
-    have no output chunk (so with strides s, chunks of c elements give output chunks of about
-    c/s).  Each task reads its chunk plus exactly the halo its windows reach into from the
+    an output position belongs to the input chunk holding its window's centre (tap ``(K-1)//2``
+    of the dilated extent K; windows centred in the padding belong to the first or last chunk),
+    and input chunks holding no centre have no output chunk.  So pooling with "same" padding at
+    stride 1 keeps the chunks, and strides s turn chunks of c elements into about c/s.  Each task reads its chunk plus exactly the halo its windows reach into from the
     neighbouring chunks; no spatial axis is ever rechunked.  Indices are flat positions in the
     whole X (plane offset and storage_order included), int64.
     """

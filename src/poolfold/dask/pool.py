@@ -2,9 +2,10 @@
 read, by the in-memory kernels, and its Indices are moved into the whole tensor's numbering.
 
 Along N and C the output chunks are the input's.  Along a spatial axis, output position ``o``
-belongs to the input chunk holding its window's first coordinate ``o*s - pad_begin`` (clamped
-into the axis, so windows starting in the padding belong to the first or last chunk); input
-chunks holding no window start get no output chunk.  Each output chunk reads the input range
+belongs to the input chunk holding its window's centre ``o*s - pad_begin + (K-1)//2`` (K the
+dilated extent; clamped into the axis, so windows centred in the padding belong to the first
+or last chunk); input chunks holding no window centre get no output chunk.  So "same" pooling
+at stride 1 keeps the chunks, and stride s divides them by about s.  Each output chunk reads the input range
 its windows cover, ``[o0*s - pb, (o1-1)*s - pb + K)`` clipped to the axis, from the chunks
 overlapping it: its own chunk and the halo its windows reach into, no more.  The block is
 pooled with a plan whose padding is the true array edges' only, so every window sees all its
@@ -29,8 +30,10 @@ from ..ops.nhwc import _with_channels
 from . import _graph
 
 
-def output_ranges(n: int, edges: np.ndarray, out: int, stride: int, pad_begin: int):
-    """Per non-empty output chunk along one axis: ``(o0, o1)``, in order (see the module doc)."""
+def output_ranges(n: int, edges: np.ndarray, out: int, stride: int, offset: int):
+    """Per non-empty output chunk along one axis: ``(chunk, o0, o1)``, in order: the outputs
+    whose window centre ``o*stride - offset`` (clamped into the axis) lies in input chunk
+    ``chunk`` (see the module doc)."""
     if n == 0:
         return [(0, out)]
     ranges = []
@@ -39,8 +42,8 @@ def output_ranges(n: int, edges: np.ndarray, out: int, stride: int, pad_begin: i
     for j in range(chunks):
         if j == chunks - 1:
             o1 = out
-        else:  # first output whose window starts at or after the next chunk
-            o1 = min(out, max(0, -(-(int(edges[j + 1]) + pad_begin) // stride)))
+        else:  # first output whose window centre lies at or after the next chunk
+            o1 = min(out, max(0, -(-(int(edges[j + 1]) + offset) // stride)))
         if o1 > o0:
             ranges.append((j, o0, o1))
             o0 = o1
@@ -131,7 +134,8 @@ def pool(spec, x, plan: WindowPlan, return_indices: bool, storage_order: int,
         s, pb = plan.strides[a], plan.pad_begin[a]
         span = (plan.kernel[a] - 1) * plan.dilations[a] + 1
         entries = []
-        for _, o0, o1 in output_ranges(spatial[a], edges, plan.out_shape[a], s, pb):
+        centre = (span - 1) // 2
+        for _, o0, o1 in output_ranges(spatial[a], edges, plan.out_shape[a], s, pb - centre):
             lo = max(0, o0 * s - pb)
             hi = min(spatial[a], (o1 - 1) * s - pb + span)
             lo = min(lo, hi) if hi > lo else 0
