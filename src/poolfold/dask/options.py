@@ -10,7 +10,7 @@ def add_dask_arguments(parser) -> None:
                         help="side of the out-of-core float32 (1, 1, S, S, S) zarr volume "
                              "(default 2048: 32 GiB on disk; 0 skips the out-of-core run)")
     parser.add_argument("--dask-chunk", type=int, default=256, metavar="C",
-                        help="zarr chunk side of the out-of-core volume (default 256)")
+                        help="chunk side of both volumes (default 256)")
     parser.add_argument("--dask-memory-limit", default="4GiB", metavar="M",
                         help="memory limit of each of the 2 workers (default 4GiB)")
     parser.add_argument("--dask-dir", default=None, metavar="DIR",
