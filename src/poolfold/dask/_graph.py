@@ -10,7 +10,7 @@ from itertools import product
 import dask.array as da
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph
-from dask.base import tokenize
+from dask.base import tokenize  # noqa: F401  (the op modules name their layers with it)
 
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..schema import OpVersion
@@ -105,31 +105,30 @@ def block_inputs(name: str, fixed: dict, spatial_axes: list[int], axis_pieces: l
     return keys, placements
 
 
-def arrays_from_tasks(prefix: str, tasks: dict, dependencies: list, chunks, metas: list,
+def arrays_from_tasks(prefix: str, tasks: dict, dependencies: list, outputs: list,
                       token) -> list[da.Array]:
-    """Dask arrays from a layer of tasks keyed ``(name, *block)``.  With several ``metas``
-    each task returns a tuple, and output ``k`` takes item ``k`` of every block."""
+    """Dask arrays from a layer of tasks keyed by block.  ``outputs`` lists per array its
+    ``(chunks, meta, renumber)``: with one output each task returns that array's block; with
+    several, a tuple, and output ``k`` takes item ``k`` of every task, at block
+    ``renumber(block)`` (``None``: the task's own block number)."""
     name = f"{prefix}-{token}"
     graph = {(name,) + block: task for block, task in tasks.items()}
     deps = {d.name for d in dependencies}
-    if len(metas) == 1:
-        hlg = HighLevelGraph({name: graph}, {name: deps})
-        hlg = HighLevelGraph.merge(hlg, *[d.dask for d in dependencies])
-        return [da.Array(hlg, name, chunks, meta=metas[0])]
-    outputs = []
-    for k, meta in enumerate(metas):
+    inputs = HighLevelGraph.merge(*[d.dask for d in dependencies])
+    if len(outputs) == 1:
+        chunks, meta_, _ = outputs[0]
+        hlg = HighLevelGraph.merge(HighLevelGraph({name: graph}, {name: deps}), inputs)
+        return [da.Array(hlg, name, chunks, meta=meta_)]
+    arrays = []
+    for k, (chunks, meta_, renumber) in enumerate(outputs):
         out_name = f"{prefix}-{k}-{token}"
-        layer = {(out_name,) + block: (operator.getitem, (name,) + block, k) for block in tasks}
+        layer = {(out_name,) + (renumber(block) if renumber else block):
+                 (operator.getitem, (name,) + block, k) for block in tasks}
         hlg = HighLevelGraph({name: graph, out_name: layer}, {name: deps, out_name: {name}})
-        hlg = HighLevelGraph.merge(hlg, *[d.dask for d in dependencies])
-        outputs.append(da.Array(hlg, out_name, chunks[k] if isinstance(chunks, list) else chunks,
-                                meta=meta))
-    return outputs
+        arrays.append(da.Array(HighLevelGraph.merge(hlg, inputs), out_name, chunks, meta=meta_))
+    return arrays
 
 
 def meta(ndim: int, dtype) -> np.ndarray:
     return np.empty((0,) * ndim, dtype)
 
-
-__all__ = ["as_dask", "bounds", "pieces", "assemble", "block_inputs", "arrays_from_tasks",
-           "meta", "tokenize"]

@@ -187,7 +187,6 @@ def in_memory(shape=(1, 1, 512, 512, 512), chunk=256, repeat=3, tick=print) -> d
 
     import poolfold
     import poolfold.dask
-    from poolfold.kernels import kernel_threads  # noqa: F401  (the thread count read below)
 
     nbytes = math.prod(shape) * 4
     x_host = np.random.default_rng(0).random(shape, dtype=np.float32)

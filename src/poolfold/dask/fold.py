@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 
+import dask.array as da
 import numpy as np
+from dask.highlevelgraph import HighLevelGraph
 
 from .. import dtypes, schema
 from ..errors import PoolfoldError
@@ -179,9 +181,6 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
                           image_size, block_size)
             previous = key
         finals[out_key] = (_fold_finish, previous, shape, x.dtype)
-    from dask.highlevelgraph import HighLevelGraph
-    import dask.array as da
-
     graph = HighLevelGraph({step_name: steps, name: finals},
                            {step_name: {x.name}, name: {step_name}})
     graph = HighLevelGraph.merge(graph, x.dask)

@@ -184,31 +184,10 @@ def pool(spec, x, plan: WindowPlan, return_indices: bool, storage_order: int,
     else:
         y_chunks = (n_chunks, c_chunks) + out_spatial_chunks
     i_chunks = (n_chunks, c_chunks) + out_spatial_chunks
-    metas = [_graph.meta(ndim, x.dtype)]
+    outputs = [(y_chunks, _graph.meta(ndim, x.dtype), None)]
     if return_indices:
-        metas.append(_graph.meta(ndim, np.int64))
-        if channels_last:  # Indices are NCHW: their blocks are numbered (n, c, spatial...)
-            y, i = _graph.arrays_from_tasks("max-pool", tasks, [x], [y_chunks, y_chunks],
-                                            metas, token)
-            i = _reorder_blocks(i, i_chunks)
-            return y, i
-        y, i = _graph.arrays_from_tasks("max-pool", tasks, [x], [y_chunks, i_chunks], metas,
-                                        token)
-        return y, i
-    (y,) = _graph.arrays_from_tasks("max-pool", tasks, [x], y_chunks, metas, token)
-    return y, None
-
-
-def _reorder_blocks(array, chunks):
-    """A channels-last-numbered array of NCHW blocks renumbered ``(n, c, spatial...)``."""
-    from dask.highlevelgraph import HighLevelGraph
-    import dask.array as da
-
-    name = "nchw-" + array.name
-    ndim = array.ndim
-    layer = {}
-    for block in np.ndindex(*array.numblocks):
-        target = (block[0], block[-1]) + block[1:-1]
-        layer[(name,) + target] = (array.name,) + block
-    hlg = HighLevelGraph.from_collections(name, layer, dependencies=[array])
-    return da.Array(hlg, name, chunks, meta=_graph.meta(ndim, np.int64))
+        # Indices are NCHW-shaped: a channels-last block (n, spatial..., c) is (n, c, spatial...).
+        nchw = (lambda block: (block[0], block[-1]) + block[1:-1]) if channels_last else None
+        outputs.append((i_chunks, _graph.meta(ndim, np.int64), nchw))
+    arrays = _graph.arrays_from_tasks("max-pool", tasks, [x], outputs, token)
+    return (arrays[0], arrays[1]) if return_indices else (arrays[0], None)

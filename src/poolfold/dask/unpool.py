@@ -242,24 +242,29 @@ def unpool(spec, x, indices, kernel_shape, strides, pads, output_shape, inferred
                             spec.label)
     route_name, scan_name = f"max-unpool-route-{token}", f"max-unpool-scan-{token}"
     check_name, out_name = f"max-unpool-check-{token}", f"max-unpool-{token}"
+    # The layout goes into the graph once, and every task names it by key.
+    layout_name = f"max-unpool-layout-{token}"
+    layout_key = (layout_name,)
     routes, scans, writes = {}, {}, {}
     reached: dict[tuple, list] = {}
     for block in np.ndindex(*[len(c) for c in nchw_chunks]):
         x_block = (block[0],) + block[2:] + (block[1],) if channels_last else block
         x_key, i_key = (x.name,) + x_block, (indices.name,) + block
-        routes[(route_name,) + block] = (_route, x_key, i_key, layout, block, channels_last)
-        scans[(scan_name,) + block] = (_scan, x_key, i_key, layout, block, channels_last)
+        routes[(route_name,) + block] = (_route, x_key, i_key, layout_key, block, channels_last)
+        scans[(scan_name,) + block] = (_scan, x_key, i_key, layout_key, block, channels_last)
         for target in layout.neighbours(block):
             reached.setdefault(target, []).append((route_name,) + block)
-    check = {(check_name,): (_check, list(scans), spec.label, layout, x.dtype)}
+    check = {(check_name,): (_check, list(scans), spec.label, layout_key, x.dtype)}
     for block in np.ndindex(*layout.numblocks):
         flat = int(np.ravel_multi_index(block, layout.numblocks))
         key = (block[0],) + block[2:] + (block[1],) if channels_last else block
-        writes[(out_name,) + key] = (_write, (check_name,), reached.get(flat, []), layout, block,
-                                     x.dtype, channels_last, act)
-    layers = {route_name: routes, scan_name: scans, check_name: check, out_name: writes}
-    deps = {route_name: {x.name, indices.name}, scan_name: {x.name, indices.name},
-            check_name: {scan_name}, out_name: {route_name, check_name}}
+        writes[(out_name,) + key] = (_write, (check_name,), reached.get(flat, []), layout_key,
+                                     block, x.dtype, channels_last, act)
+    layers = {layout_name: {layout_key: layout}, route_name: routes, scan_name: scans,
+              check_name: check, out_name: writes}
+    deps = {layout_name: set(), route_name: {x.name, indices.name, layout_name},
+            scan_name: {x.name, indices.name, layout_name}, check_name: {scan_name, layout_name},
+            out_name: {route_name, check_name, layout_name}}
     graph = HighLevelGraph.merge(HighLevelGraph(layers, deps), x.dask, indices.dask)
     chunks = layout.out_chunks
     if channels_last:
