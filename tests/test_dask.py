@@ -430,3 +430,26 @@ def test_bench_out_of_core_small():
     assert [c["equal"] for c in results["spot_checks"]] == [True, True]
     assert results["pool_s"] > 0 and len(results["worker_peak_rss_gib"]) == 2
     assert "spot check: 2 of 2" in bench.format_results({"out_of_core": results})
+
+
+def test_max_unpool_inferred_shape_indices():
+    """The ONNX page's reading of I (positions in the inferred shape), and its two errors."""
+    x, y, i = _unpool_inputs(seed=4, foreign=False)
+    inferred = (2, 3, 9, 8)  # (in-1)*s + k - pads, as MaxUnpool infers it
+    i = np.random.default_rng(4).integers(0, np.prod(inferred), i.shape)
+    kw = dict(kernel_shape=[2, 3], strides=[2, 2], pads=[0, 1, 1, 0], output_shape=(2, 3, 11, 8),
+              inferred_shape_indices=True)
+    expected = poolfold.max_unpool(y, i, **kw)
+    got = pdask.max_unpool(da.from_array(y, chunks=(1, 2, 3, 2)), da.from_array(i, chunks=2), **kw)
+    assert_same(got.compute(**THREADS), expected)
+    small = dict(kw, output_shape=(2, 3, 7, 8))  # rows 7 and 8 of the inferred shape fall out
+    bad_range = i.copy()
+    bad_range[1, 0, 2, 2] = np.prod(inferred)
+    for indices, options in [(i, small), (bad_range, small), (bad_range, kw)]:
+        with pytest.raises(poolfold.PoolfoldError) as error:
+            poolfold.max_unpool(y, indices, **options)
+        got = pdask.max_unpool(da.from_array(y, chunks=(1, 2, 3, 2)),
+                               da.from_array(indices, chunks=2), **options)
+        with pytest.raises(poolfold.PoolfoldError) as info:
+            got.compute(**THREADS)
+        assert str(info.value) == str(error.value)

@@ -44,7 +44,8 @@ def max_unpool(x, indices, kernel_shape, *, strides=None, pads=None, output_shap
     plus any stray values that point elsewhere) and writes them; no task holds the whole
     output.  On duplicate positions the element of X that comes last in row-major order wins.
     An index out of range raises the in-memory error (the first such index in row-major order)
-    when computed, before any output chunk is produced.
+    when computed, before any output chunk is produced.  ``inferred_shape_indices`` reads I as
+    in memory (positions in the inferred shape, moved chunk by chunk), with the same checks.
     """
     spec = schema.resolve("MaxUnpool", opset)
     x = _graph.as_dask(spec, x, "X")

@@ -120,37 +120,76 @@ def _route(x, indices, layout, block, channels_last):
     return routed
 
 
-def _scan(x, indices, layout, block, channels_last):
-    """Scan task: the chunk's first out-of-range index (its row-major position in I and its
-    value, or None), and its stray entries."""
+def _first(layout, block, shape, bad: np.ndarray, flat: np.ndarray):
+    """The first flagged entry of a chunk of I: (row-major position in the whole I, value),
+    or None."""
+    hits = np.flatnonzero(bad)
+    if not hits.size:
+        return None
+    local = np.unravel_index(int(hits[0]), shape)
+    origin = [int(e[b]) for e, b in zip(layout.x_edges, block)]
+    where = tuple(o + i for o, i in zip(origin, local))
+    return int(np.ravel_multi_index(where, layout.x_shape)), int(flat[hits[0]])
+
+
+def _scan(x, indices, layout, block, channels_last, given=None, inferred=None):
+    """Scan task: the chunk's first bad indices (each as :func:`_first`) and its stray
+    entries.  With ``inferred`` (I read in the inferred shape), ``given`` is the chunk of I
+    as given, checked first against the inferred shape, then against the output."""
     flat = indices.reshape(-1)
-    bad = np.flatnonzero((flat < 0) | (flat >= layout.total))
-    first = None
-    if bad.size:
-        local = np.unravel_index(int(bad[0]), indices.shape)
-        origin = [int(e[b]) for e, b in zip(layout.x_edges, block)]
-        where = tuple(o + i for o, i in zip(origin, local))
-        first = (int(np.ravel_multi_index(where, layout.x_shape)), int(flat[bad[0]]))
+    if inferred is None:
+        firsts = (_first(layout, block, indices.shape, (flat < 0) | (flat >= layout.total), flat),)
+    else:
+        raw = given.reshape(-1)
+        outside_inferred = (raw < 0) | (raw >= math.prod(inferred))
+        firsts = (_first(layout, block, given.shape, outside_inferred, raw),
+                  _first(layout, block, given.shape, ~outside_inferred & (flat < 0), raw))
     positions, values, keys, owners = _entries(layout, block, x, indices, channels_last)
     near = np.array(sorted(layout.neighbours(block)), np.int64)
     stray = ~np.isin(owners, near)
-    return first, (positions[stray], values[stray], keys[stray])
+    return firsts, (positions[stray], values[stray], keys[stray])
 
 
-def _check(scans, label, layout, dtype):
-    """Check task: raise for the first out-of-range index, else all strays."""
-    firsts = [s[0] for s in scans if s[0] is not None]
-    if firsts:
+def _check(scans, label, layout, dtype, inferred=None):
+    """Check task: raise for the first bad index (in the in-memory order of the checks),
+    else all strays."""
+    for kind in range(len(scans[0][0]) if scans else 0):
+        firsts = [s[0][kind] for s in scans if s[0][kind] is not None]
+        if not firsts:
+            continue
         position, value = min(firsts)
         where = tuple(int(i) for i in np.unravel_index(position, layout.x_shape))
+        if inferred is None:
+            space = f"the output {layout.out_shape}"
+        elif kind == 0:
+            space = f"the inferred shape {tuple(inferred)}"
+        else:
+            raise PoolfoldError(
+                f"{label}: input 'I' holds index {value} at position {where}, which lies "
+                f"outside output_shape {layout.out_shape} when read in the inferred shape "
+                f"{tuple(inferred)}"
+            )
+        total = layout.total if inferred is None else math.prod(inferred)
         raise PoolfoldError(
             f"{label}: input 'I' holds index {value} at position {where}, outside the valid "
-            f"range [0, {layout.total}) of the output {layout.out_shape}"
+            f"range [0, {total}) of {space}"
         )
     parts = [s[1] for s in scans if s[1][0].size]
     if not parts:
         return (np.empty(0, np.int64), np.empty(0, dtype), np.empty(0, np.int64))
     return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))
+
+
+def _from_inferred(indices, inferred, out_shape):
+    """Flat positions in ``inferred`` as flat positions in ``out_shape`` (the inferred block
+    at the output's origin); -1 where the index is outside either (the check task reports
+    those)."""
+    inside = (indices >= 0) & (indices < math.prod(inferred))
+    coords = np.unravel_index(np.where(inside, indices, 0), inferred)
+    for axis in range(2, len(out_shape)):
+        inside &= coords[axis] < out_shape[axis]
+    coords = tuple(np.where(inside, c, 0) for c in coords)
+    return np.where(inside, np.ravel_multi_index(coords, out_shape), -1).astype(np.int64)
 
 
 def _write(strays, routes, layout, block, dtype, channels_last, act):
@@ -228,13 +267,13 @@ def unpool(spec, x, indices, kernel_shape, strides, pads, output_shape, inferred
         pad_begin = attributes.pads[:rank]
     else:
         out_shape = _output_shape(spec, nchw_shape, output_shape)
-        if inferred_shape_indices:
-            raise PoolfoldError(
-                f"{spec.label}: inferred_shape_indices is not available on chunked arrays; "
-                "compute the output with poolfold.max_unpool"
-            )
         pad_begin = (0,) * rank  # pads are ignored with output_shape
     indices = indices.rechunk(nchw_chunks)
+    given = inferred = None
+    if output_shape is not None and inferred_shape_indices:
+        inferred = tuple(nchw_shape[:2]) + unpooled_shape(spec.label, spatial, attributes)
+        given = indices
+        indices = indices.map_blocks(_from_inferred, inferred, out_shape, dtype=np.int64)
     layout = _Layout(nchw_chunks, out_shape, attributes.strides, attributes.kernel, pad_begin)
     biggest = tuple(max(c) for c in layout.out_chunks)
     check_size(spec.label, "output", biggest, x.dtype)
@@ -251,10 +290,12 @@ def unpool(spec, x, indices, kernel_shape, strides, pads, output_shape, inferred
         x_block = (block[0],) + block[2:] + (block[1],) if channels_last else block
         x_key, i_key = (x.name,) + x_block, (indices.name,) + block
         routes[(route_name,) + block] = (_route, x_key, i_key, layout_key, block, channels_last)
-        scans[(scan_name,) + block] = (_scan, x_key, i_key, layout_key, block, channels_last)
+        scans[(scan_name,) + block] = (_scan, x_key, i_key, layout_key, block, channels_last,
+                                       None if given is None else (given.name,) + block,
+                                       inferred)
         for target in layout.neighbours(block):
             reached.setdefault(target, []).append((route_name,) + block)
-    check = {(check_name,): (_check, list(scans), spec.label, layout_key, x.dtype)}
+    check = {(check_name,): (_check, list(scans), spec.label, layout_key, x.dtype, inferred)}
     for block in np.ndindex(*layout.numblocks):
         flat = int(np.ravel_multi_index(block, layout.numblocks))
         key = (block[0],) + block[2:] + (block[1],) if channels_last else block
@@ -263,9 +304,12 @@ def unpool(spec, x, indices, kernel_shape, strides, pads, output_shape, inferred
     layers = {layout_name: {layout_key: layout}, route_name: routes, scan_name: scans,
               check_name: check, out_name: writes}
     deps = {layout_name: set(), route_name: {x.name, indices.name, layout_name},
-            scan_name: {x.name, indices.name, layout_name}, check_name: {scan_name, layout_name},
+            scan_name: {x.name, indices.name, layout_name} | ({given.name} if given is not None
+                                                              else set()),
+            check_name: {scan_name, layout_name},
             out_name: {route_name, check_name, layout_name}}
-    graph = HighLevelGraph.merge(HighLevelGraph(layers, deps), x.dask, indices.dask)
+    graph = HighLevelGraph.merge(HighLevelGraph(layers, deps), x.dask, indices.dask,
+                                 *([given.dask] if given is not None else []))
     chunks = layout.out_chunks
     if channels_last:
         chunks = (chunks[0],) + chunks[2:] + (chunks[1],)
