@@ -35,7 +35,7 @@ def output_ranges(n: int, edges: np.ndarray, out: int, stride: int, offset: int)
     whose window centre ``o*stride - offset`` (clamped into the axis) lies in input chunk
     ``chunk`` (see the module doc)."""
     if n == 0:
-        return [(0, out)]
+        return [(0, 0, out)]
     ranges = []
     chunks = len(edges) - 1
     o0 = 0
