@@ -1,8 +1,12 @@
 """An ONNX backend (in the shape of ``onnxruntime.backend``) that runs any model.
 
-MaxPool, MaxUnpool, Col2Im and the com.ms.internal.nhwc ops run on poolfold's kernels; every
-other node runs on onnx's ReferenceEvaluator, into which poolfold's ops are plugged.  Each
-node runs at the version the model's opset imports give its domain.
+MaxPool, MaxUnpool, Col2Im and the com.ms.internal.nhwc ops run on poolfold's kernels.  Every
+other node runs on onnxruntime when it is installed: :mod:`poolfold.partition` splits the graph
+into poolfold's nodes and maximal stretches of other nodes, and each stretch becomes one
+onnxruntime ``InferenceSession``, built once by ``prepare``.  Without onnxruntime (or with
+``other_ops="reference"``) the other nodes run on onnx's ReferenceEvaluator, into which
+poolfold's ops are plugged.  Each node runs at the version the model's opset imports give its
+domain.
 
 >>> import poolfold.backend as backend
 >>> rep = backend.prepare(model)                 # doctest: +SKIP
@@ -12,30 +16,69 @@ node runs at the version the model's opset imports give its domain.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import TensorProto, helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 from onnx.reference import ReferenceEvaluator
 
-from . import nodes, reference, schema
+from . import nodes, partition, reference, schema
 from .errors import PoolfoldError
+
+ONNXRUNTIME = "onnxruntime"
+REFERENCE = "reference"
+OTHER_OPS = (ONNXRUNTIME, REFERENCE)
+
+# prepare()'s keywords for onnxruntime, passed to its sessions as they are.
+_SESSION_KEYWORDS = ("session_options", "providers", "provider_options",
+                     "intra_op_num_threads", "inter_op_num_threads")
+
+
+class FallbackWarning(UserWarning):
+    """onnxruntime refused part of a model, which runs on onnx's ReferenceEvaluator instead."""
+
+
+def onnxruntime_available() -> bool:
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 class PoolfoldRep(BackendRep):
     """A prepared model: ``run`` takes the inputs as a list (graph input order, initializers
-    excluded) or a dict, and returns the outputs in graph output order."""
+    excluded) or a dict, and returns the outputs in graph output order.
 
-    def __init__(self, model: onnx.ModelProto, inferred_shape_indices: bool = False):
+    ``other_ops`` says what runs the nodes poolfold does not implement: ``"onnxruntime"`` or
+    ``"reference"``.  ``steps`` lists, in running order, each of poolfold's nodes and each
+    stretch of other nodes: its ``nodes``, its ``runner`` (``"poolfold"``, ``"onnxruntime"``
+    or ``"reference"``) and its ``session`` (None for poolfold's nodes).  With
+    ``other_ops="reference"`` it is one step, the whole model on the reference evaluator.
+    ``constants`` holds the initializers poolfold's nodes or the graph's outputs read (the
+    sessions carry their own)."""
+
+    def __init__(self, model: onnx.ModelProto, inferred_shape_indices: bool = False,
+                 other_ops: str = REFERENCE, session: dict | None = None):
         self.model = model
-        self._session = ReferenceEvaluator(
-            model, new_ops=reference.make_ops(inferred_shape_indices=inferred_shape_indices)
-        )
+        self.other_ops = other_ops
         initializers = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in initializers]
         self.output_names = [o.name for o in model.graph.output]
+        self._outputs = namedtupledict("Outputs", self.output_names)
+        self._ops = reference.make_ops(inferred_shape_indices=inferred_shape_indices)
+        self.constants: dict[str, np.ndarray] = {}
+        if other_ops == REFERENCE:
+            self._session = _reference_evaluator(model, model.graph.node, self._ops)
+            self.steps = [_WholeModel(list(model.graph.node), self._session)]
+            return
+        self._session = None
+        self.steps = _build_steps(model, inferred_shape_indices, self._ops, session or {},
+                                  self.constants)
+        self._released = _last_reads(self.steps, set(self.output_names))
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         if isinstance(inputs, Mapping):
@@ -56,8 +99,324 @@ class PoolfoldRep(BackendRep):
                 f"unknown input(s) {', '.join(unknown)}; the model's inputs are "
                 f"{', '.join(self.input_names)}"
             )
-        results = self._session.run(None, feeds)
-        return namedtupledict("Outputs", self.output_names)(*results)
+        if self._session is not None:
+            return self._outputs(*self._session.run(None, feeds))
+        missing = [name for name in self.input_names if name not in feeds]
+        if missing:
+            raise PoolfoldError(f"missing input(s) {', '.join(missing)}")
+        values = dict(self.constants)
+        for name, value in feeds.items():
+            # onnxruntime takes arrays, not numpy's scalars (the reference evaluator takes both)
+            values[name] = np.asarray(value) if isinstance(value, (np.generic, int, float)) \
+                else value
+        for step, released in zip(self.steps, self._released):
+            step.run(values)
+            for name in released:  # an intermediate no later step reads: free it now
+                values.pop(name, None)
+        return self._outputs(*[values[name] for name in self.output_names])
+
+
+def _last_reads(steps: list, kept: set[str]) -> list[list[str]]:
+    """For each step, the values to drop after it: those it is the last to read, and those it
+    writes that no one reads (graph outputs are kept)."""
+    last: dict[str, int] = {}
+    for index, step in enumerate(steps):
+        for name in step.reads:
+            last[name] = index
+    released: list[list[str]] = [[] for _ in steps]
+    for index, step in enumerate(steps):
+        released[index] += [name for name in step.writes if name not in last and name not in kept]
+    for name, index in last.items():
+        if name not in kept:
+            released[index].append(name)
+    return released
+
+
+# ------------------------------------------------------------------------------ the steps
+
+class _PoolfoldStep:
+    """One of poolfold's nodes, its version and attributes checked once, by prepare."""
+
+    runner = "poolfold"
+    session = None
+
+    def __init__(self, node: onnx.NodeProto, opsets: Mapping[str, int],
+                 inferred_shape_indices: bool):
+        self.nodes = [node]
+        domain = partition.default_domain(node.domain)
+        opset = opsets.get(domain)
+        if opset is None:
+            raise PoolfoldError(f"{partition.describe(node)}: the model imports no opset for "
+                                f"domain {domain or 'ai.onnx'!r}")
+        self._run = nodes.bind(domain, node.op_type, opset, nodes.attributes_of(node),
+                               node.output, inferred_shape_indices)
+        self._inputs = list(node.input)
+        self._outputs = list(node.output)  # "" for an omitted output, which is not kept
+        self.reads = [name for name in node.input if name]
+        self.writes = [name for name in node.output if name]
+
+    def run(self, values: dict) -> None:
+        results = self._run([values[name] if name else None for name in self._inputs])
+        values.update((name, value) for name, value in zip(self._outputs, results) if name)
+
+
+class _StretchStep:
+    """A stretch of other nodes: one onnxruntime session, or one ReferenceEvaluator.
+
+    A stretch whose input types nothing tells before the run (onnx's inference stops at an op
+    it does not know) gets its session on the first run, typed from the arrays it is fed."""
+
+    def __init__(self, step: partition.Step, sessions: "_Sessions", types: dict,
+                 refused: list[str]):
+        self.nodes = step.nodes
+        self._step = step
+        self._inputs = self.reads = step.inputs
+        self._outputs = self.writes = step.outputs
+        self._sessions = sessions
+        self.session = None
+        self.runner = ONNXRUNTIME
+        if step.kind == partition.NESTED:
+            self.session, self.runner = sessions.reference(step, types), REFERENCE
+        elif all(name in types for name in step.inputs):
+            self._build(types, refused)
+        else:
+            sessions.check_known(step)
+
+    def _build(self, types: dict, refused: list[str]) -> None:
+        self.session, reason = self._sessions.onnxruntime(self._step, types)
+        if self.session is None:
+            refused.append(f"{', '.join(partition.describe(n) for n in self.nodes[:3])}"
+                           f"{' ...' if len(self.nodes) > 3 else ''}: {reason}")
+            self.session, self.runner = self._sessions.reference(self._step, types), REFERENCE
+
+    def run(self, values: dict) -> None:
+        feeds = {name: values[name] for name in self._inputs}
+        if self.session is None:
+            refused: list[str] = []
+            self._build(_runtime_types(feeds), refused)
+            _warn_refused(refused, stacklevel=4)
+        results = self.session.run(self._outputs, feeds)
+        values.update(zip(self._outputs, results))
+
+
+def _runtime_types(feeds: Mapping[str, Any]) -> dict[str, onnx.TypeProto]:
+    """The tensor types of the arrays fed (a value of another kind stays untyped, and
+    onnxruntime then refuses the stretch)."""
+    types = {}
+    for name, value in feeds.items():
+        if isinstance(value, np.ndarray):
+            try:
+                elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+            except (KeyError, TypeError, ValueError):
+                continue
+            types[name] = helper.make_tensor_type_proto(elem, None)
+    return types
+
+
+class _WholeModel:
+    """``other_ops="reference"``: the whole model on one ReferenceEvaluator."""
+
+    runner = REFERENCE
+
+    def __init__(self, graph_nodes, session):
+        self.nodes = graph_nodes
+        self.session = session
+
+    def run(self, values: dict) -> None:
+        feeds = {name: values[name] for name in self.session.input_names}
+        values.update(zip(self.session.output_names, self.session.run(None, feeds)))
+
+
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    return {partition.default_domain(o.domain): o.version for o in model.opset_import}
+
+
+def _stretch_model(model: onnx.ModelProto, step: partition.Step,
+                   types: Mapping[str, onnx.TypeProto]) -> onnx.ModelProto:
+    """A model of the stretch's nodes alone: its inputs typed from ``types`` (untyped where
+    unknown), the initializers it reads inside it, the model's opsets, IR version and
+    functions."""
+    def value(name):
+        if name in types:
+            return helper.make_value_info(name, types[name])
+        return helper.make_empty_tensor_value_info(name)
+
+    used = set(step.constants)
+    graph = helper.make_graph(
+        step.nodes, f"{model.graph.name}_stretch",
+        [value(name) for name in step.inputs],
+        [value(name) for name in step.outputs],
+        [t for t in model.graph.initializer if t.name in used],
+        sparse_initializer=[t for t in model.graph.sparse_initializer if t.values.name in used],
+    )
+    stretch = helper.make_model(graph, opset_imports=model.opset_import,
+                                functions=model.functions)
+    stretch.ir_version = model.ir_version
+    return stretch
+
+
+def _reference_evaluator(model: onnx.ModelProto, graph_nodes, ops) -> ReferenceEvaluator:
+    """onnx's evaluator with poolfold's ops; an op it does not know is a PoolfoldError that
+    names the node."""
+    try:
+        return ReferenceEvaluator(model, new_ops=ops)
+    except Exception as error:
+        unknown = _unknown_node(model, graph_nodes)
+        if unknown is not None:
+            raise _unknown_op_error(unknown) from None
+        raise PoolfoldError(f"onnx's reference evaluator cannot run the model: "
+                            f"{_first_line(error)}") from error
+
+
+def _unknown_op_error(node: onnx.NodeProto) -> PoolfoldError:
+    return PoolfoldError(f"{partition.describe(node)}: no implementation of this op: neither "
+                         f"poolfold, onnxruntime nor onnx's reference evaluator knows it")
+
+
+def _unknown_node(model: onnx.ModelProto, graph_nodes) -> onnx.NodeProto | None:
+    """The first node (subgraphs included) whose op has no schema, local function or poolfold
+    kernel at the model's opset."""
+    opsets = _opsets(model)
+    functions = {(f.domain, f.name) for f in model.functions}
+
+    def known(node):
+        domain = partition.default_domain(node.domain)
+        if nodes.implements(domain, node.op_type) or (node.domain, node.op_type) in functions:
+            return True
+        version = opsets.get(domain)
+        return version is not None and onnx.defs.has(node.op_type, version, domain)
+
+    def search(graph_nodes):
+        for node in graph_nodes:
+            if not known(node):
+                return node
+            for graph in partition.subgraphs(node):
+                found = search(graph.node)
+                if found is not None:
+                    return found
+        return None
+
+    return search(graph_nodes)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _session_options(options: Mapping[str, Any]):
+    """onnxruntime's SessionOptions and providers from prepare()'s keywords."""
+    import onnxruntime
+
+    threads = {k: options[k] for k in ("intra_op_num_threads", "inter_op_num_threads")
+               if options.get(k) is not None}
+    given = options.get("session_options")
+    if given is not None and threads:
+        raise PoolfoldError("give the thread counts in session_options or as keywords, not both")
+    if given is None:
+        given = onnxruntime.SessionOptions()
+        given.log_severity_level = 3  # a refused stretch is reported once, by poolfold
+        # onnxruntime's idle threads spin after each run, waiting for more work; between
+        # stretches that work is poolfold's kernels, whose threads they then slow down (on
+        # 2 busy cores, the bundled model took 0.4 s a run with spinning, 34 ms without).
+        given.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        for name, count in threads.items():
+            setattr(given, name, int(count))
+    providers = options.get("providers") or ["CPUExecutionProvider"]
+    return given, providers, options.get("provider_options")
+
+
+# The element types numpy, and so onnxruntime's Python API, can hand over.
+_EXCHANGEABLE = frozenset(
+    getattr(TensorProto, name) for name in (
+        "FLOAT", "DOUBLE", "FLOAT16", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16",
+        "UINT32", "UINT64", "BOOL", "STRING", "COMPLEX64", "COMPLEX128"))
+
+
+def _unexchangeable(type_proto: onnx.TypeProto | None) -> str | None:
+    """The name of a tensor type numpy cannot hold (bfloat16, float8...), else None."""
+    if type_proto is None or type_proto.WhichOneof("value") != "tensor_type":
+        return None
+    elem = type_proto.tensor_type.elem_type
+    return None if elem in _EXCHANGEABLE else TensorProto.DataType.Name(elem).lower()
+
+
+class _Sessions:
+    """Builds the stretches' sessions: onnxruntime's with the caller's options, or onnx's
+    evaluator with poolfold's ops."""
+
+    def __init__(self, model: onnx.ModelProto, options: Mapping[str, Any], ops):
+        import onnxruntime
+
+        self._onnxruntime = onnxruntime
+        self._model = model
+        self._ops = ops
+        self._options, self._providers, self._provider_options = _session_options(options)
+
+    def onnxruntime(self, step: partition.Step, types: dict):
+        """(session, None), or (None, why onnxruntime cannot run the stretch).  Records the
+        types of the session's outputs in ``types``."""
+        for name in step.inputs:
+            unusable = _unexchangeable(types.get(name))
+            if unusable:
+                return None, f"its input '{name}' is {unusable}, which numpy cannot hand over"
+        stretch = _stretch_model(self._model, step, types)
+        try:
+            session = self._onnxruntime.InferenceSession(
+                stretch.SerializeToString(), sess_options=self._options,
+                providers=self._providers, provider_options=self._provider_options)
+        except Exception as error:  # onnxruntime's errors are not one family
+            return None, _first_line(error)
+        wanted = set(step.outputs)
+        for output in session.get_outputs():
+            given = partition.type_from_ort(output.type)
+            unusable = _unexchangeable(given)
+            if unusable and output.name in wanted:
+                return None, (f"its output '{output.name}' is {unusable}, which numpy cannot "
+                              f"hand over")
+            if given is not None:
+                types.setdefault(output.name, given)
+        return session, None
+
+    def reference(self, step: partition.Step, types: dict) -> ReferenceEvaluator:
+        return _reference_evaluator(_stretch_model(self._model, step, types), step.nodes,
+                                    self._ops)
+
+    def check_known(self, step: partition.Step) -> None:
+        unknown = _unknown_node(self._model, step.nodes)
+        if unknown is not None:
+            raise _unknown_op_error(unknown)
+
+
+def _warn_refused(refused: list[str], stacklevel: int) -> None:
+    if refused:
+        warnings.warn(
+            f"onnxruntime refused {len(refused)} stretch(es) of the model, which run on onnx's "
+            f"ReferenceEvaluator instead (slower): " + "; ".join(refused),
+            FallbackWarning, stacklevel=stacklevel)
+
+
+def _build_steps(model: onnx.ModelProto, inferred_shape_indices: bool, ops,
+                 options: Mapping[str, Any], constants: dict) -> list:
+    sessions = _Sessions(model, options, ops)
+    opsets = _opsets(model)
+    types = partition.known_types(model)
+    steps: list = []
+    refused: list[str] = []
+    readers_of_constants: set[str] = {v.name for v in model.graph.output}
+    for step in partition.plan(model.graph, model.functions):
+        if step.kind == partition.POOLFOLD:
+            node = step.nodes[0]
+            steps.append(_PoolfoldStep(node, opsets, inferred_shape_indices))
+            partition.poolfold_output_types(node, types)
+            readers_of_constants.update(node.input)
+        else:
+            steps.append(_StretchStep(step, sessions, types, refused))
+    for tensor in model.graph.initializer:
+        if tensor.name in readers_of_constants:
+            constants[tensor.name] = onnx.numpy_helper.to_array(tensor)
+    _warn_refused(refused, stacklevel=5)
+    return steps
 
 
 class PoolfoldBackend(Backend):
@@ -71,15 +430,40 @@ class PoolfoldBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs: Any) -> PoolfoldRep:
-        """``model`` is a ModelProto, its bytes or a path.  The keyword
-        ``inferred_shape_indices=True`` gives MaxUnpool nodes that option (see the README)."""
+        """``model`` is a ModelProto, its bytes or a path.  Keywords:
+
+        - ``other_ops``: what runs the nodes poolfold does not implement: ``"onnxruntime"``
+          (the default when it is installed: each stretch of them is one InferenceSession) or
+          ``"reference"`` (onnx's ReferenceEvaluator; the default without onnxruntime).
+        - ``session_options`` (an ``onnxruntime.SessionOptions``), ``providers``,
+          ``provider_options``, ``intra_op_num_threads``, ``inter_op_num_threads``: passed to
+          onnxruntime's sessions (the thread counts on poolfold's own SessionOptions; give them
+          there or in ``session_options``, not both).
+        - ``inferred_shape_indices=True`` gives MaxUnpool nodes that option (see the README).
+        """
         if not cls.supports_device(device):
             raise PoolfoldError(f"poolfold runs on the CPU only, not {device!r}")
+        known = {"other_ops", "inferred_shape_indices", *_SESSION_KEYWORDS}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise PoolfoldError(f"prepare() has no keyword {', '.join(map(repr, unknown))}; "
+                                f"it takes {', '.join(sorted(known))}")
+        other_ops = kwargs.get("other_ops")
+        if other_ops is None:
+            other_ops = ONNXRUNTIME if onnxruntime_available() else REFERENCE
+        elif other_ops not in OTHER_OPS:
+            raise PoolfoldError(f"other_ops must be one of {', '.join(map(repr, OTHER_OPS))}, "
+                                f"not {other_ops!r}")
+        elif other_ops == ONNXRUNTIME and not onnxruntime_available():
+            raise PoolfoldError("other_ops='onnxruntime' needs onnxruntime, which is not "
+                                "installed (pip install onnxruntime)")
         if isinstance(model, bytes):
             model = onnx.load_from_string(model)
         elif not isinstance(model, onnx.ModelProto):  # a path
             model = onnx.load(model)
-        return PoolfoldRep(model, bool(kwargs.get("inferred_shape_indices", False)))
+        session = {k: kwargs[k] for k in _SESSION_KEYWORDS if kwargs.get(k) is not None}
+        return PoolfoldRep(model, bool(kwargs.get("inferred_shape_indices", False)), other_ops,
+                           session)
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:

@@ -24,7 +24,8 @@ class UsageError(Exception):
 
 RUN_HELP = """\
 Run an ONNX model with poolfold: MaxPool, MaxUnpool, Col2Im and the com.ms.internal.nhwc ops
-on poolfold's kernels, every other op on onnx's ReferenceEvaluator.
+on poolfold's kernels, every other op on onnxruntime when it is installed (each stretch of
+them one session), else on onnx's ReferenceEvaluator; --other-ops chooses.
 
 With no MODEL, runs the bundled example, a small SegNet-style encoder-decoder that uses
 MaxPool with Indices, MaxUnpool with output_shape and Col2Im. Inputs not given with --input
@@ -129,6 +130,8 @@ def command_run(args) -> int:
     if not model.graph.node or not model.graph.output:
         # An empty or unrelated file can parse as an empty ModelProto.
         raise UsageError(f"{path} is not an ONNX model (no graph nodes or outputs)")
+    if args.repeat < 1:
+        raise UsageError(f"--repeat takes a positive count, got {args.repeat}")
     declared = _declared_inputs(model)
     feeds = dict(_read_input(spec, declared) for spec in args.input)
     rng = np.random.default_rng(args.seed)
@@ -140,10 +143,12 @@ def command_run(args) -> int:
         origin = f"generated, seed {args.seed}" if name in generated else "from file"
         print(f"input  {name}: shape {value.shape}, {value.dtype} ({origin})")
     try:
-        rep = backend.prepare(model)
-        start = time.perf_counter()
-        outputs = rep.run(feeds)
-        seconds = time.perf_counter() - start
+        rep = backend.prepare(model, other_ops=args.other_ops)
+        times = []
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            outputs = rep.run(feeds)
+            times.append(time.perf_counter() - start)
     except Exception as error:  # the model's own failure: one line, not a traceback
         print(f"poolfold run: error: {_first_line(error)}", file=sys.stderr)
         return EXIT_FAILURE
@@ -151,7 +156,10 @@ def command_run(args) -> int:
     for name, value in zip(names, outputs):
         value = np.asarray(value)
         print(f"output {name}: shape {value.shape}, {value.dtype}, {_summary(value)}")
-    print(f"ran in {seconds * 1e3:.1f} ms")
+    print(f"ran in {times[0] * 1e3:.1f} ms")
+    if len(times) > 1:
+        print(f"then {len(times) - 1} more runs: median {np.median(times[1:]) * 1e3:.2f} ms "
+              f"(other ops on {rep.other_ops})")
     if args.output:
         try:
             np.savez(args.output, **{n: np.asarray(v) for n, v in zip(names, outputs)})
@@ -208,6 +216,11 @@ def parser() -> argparse.ArgumentParser:
                      help="feed the graph input NAME from a .npy file (repeatable)")
     run.add_argument("--output", metavar="FILE.npz", help="write every output to this .npz")
     run.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+    run.add_argument("--repeat", type=int, default=1, metavar="N",
+                     help="run N times; print the first run's time and the median of the others")
+    run.add_argument("--other-ops", choices=["onnxruntime", "reference"], default=None,
+                     help="what runs the ops poolfold does not implement (default: onnxruntime "
+                          "when installed, else onnx's reference evaluator)")
     run.set_defaults(handler=command_run)
 
     conformance = commands.add_parser(

@@ -4,7 +4,7 @@ functional API, for the backend, the ReferenceEvaluator ops and the command line
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import onnx
@@ -44,6 +44,13 @@ def run(domain: str, op_type: str, opset: int, attributes: dict, inputs: Sequenc
     """Run one node of poolfold's ops: ``opset`` is the model's import for ``domain``;
     ``outputs`` the node's output names ("" for an omitted optional output);
     ``inferred_shape_indices`` is MaxUnpool's option of that name."""
+    return bind(domain, op_type, opset, attributes, outputs, inferred_shape_indices)(inputs)
+
+
+def bind(domain: str, op_type: str, opset: int, attributes: dict, outputs: Sequence[str],
+         inferred_shape_indices: bool = False) -> Callable[[Sequence], list[np.ndarray]]:
+    """:func:`run` in two halves: the node's version and attributes are checked now, and the
+    function returned takes the inputs (a prepared model checks once, runs many times)."""
     spec = schema.resolve(op_type, opset, domain)
     for name in attributes:
         if name not in spec.attributes:
@@ -56,6 +63,7 @@ def run(domain: str, op_type: str, opset: int, attributes: dict, inputs: Sequenc
     wanted = [bool(name) for name in outputs]
     function = _FUNCTIONS[(domain, op_type)]
     kwargs = dict(attributes)
+    kernel_shape = kwargs.pop("kernel_shape", None)
     if op_type == "MaxPool":
         if len(wanted) > len(spec.outputs):
             raise PoolfoldError(
@@ -63,19 +71,28 @@ def run(domain: str, op_type: str, opset: int, attributes: dict, inputs: Sequenc
                 f"{len(spec.outputs)} ({', '.join(spec.outputs)})"
             )
         return_indices = len(wanted) > 1 and wanted[1]
-        kwargs.pop("kernel_shape", None)
-        result = function(_input(spec, inputs, 0, "X"), attributes.get("kernel_shape"),
-                          **kwargs, return_indices=return_indices, opset=spec.version)
-        return list(result) if return_indices else [result]
+
+        def max_pool(inputs):
+            result = function(_input(spec, inputs, 0, "X"), kernel_shape, **kwargs,
+                              return_indices=return_indices, opset=spec.version)
+            return list(result) if return_indices else [result]
+
+        return max_pool
     if op_type == "MaxUnpool":
-        kwargs.pop("kernel_shape", None)
-        output_shape = inputs[2] if len(inputs) > 2 else None
-        return [function(_input(spec, inputs, 0, "X"), _input(spec, inputs, 1, "I"),
-                         attributes.get("kernel_shape"), **kwargs, output_shape=output_shape,
-                         opset=spec.version, inferred_shape_indices=inferred_shape_indices)]
+        def max_unpool(inputs):
+            output_shape = inputs[2] if len(inputs) > 2 else None
+            return [function(_input(spec, inputs, 0, "X"), _input(spec, inputs, 1, "I"),
+                             kernel_shape, **kwargs, output_shape=output_shape,
+                             opset=spec.version, inferred_shape_indices=inferred_shape_indices)]
+
+        return max_unpool
+
     # Col2Im
-    return [function(_input(spec, inputs, 0, "input"), _input(spec, inputs, 1, "image_shape"),
-                     _input(spec, inputs, 2, "block_shape"), **kwargs, opset=spec.version)]
+    def col2im(inputs):
+        return [function(_input(spec, inputs, 0, "input"), _input(spec, inputs, 1, "image_shape"),
+                         _input(spec, inputs, 2, "block_shape"), **kwargs, opset=spec.version)]
+
+    return col2im
 
 
 def _input(spec, inputs, position, name):

@@ -69,6 +69,11 @@ SECTIONS: tuple[Section, ...] = (
     Section("startup", "poolfold.bench.startup",
             "also measure start-up: first calls with an empty numba cache (float32 ops), "
             "the warm-cache cold start and the Quickstart's `poolfold run` (minutes)"),
+    Section("models", "poolfold.backend_bench",
+            "also time whole models through poolfold.backend against onnxruntime alone"),
+    Section("dask", "poolfold.dask.bench",
+            "also time poolfold.dask: in-memory comparison and an out-of-core zarr run "
+            "(needs poolfold[dask]; the default out-of-core volume is 32 GiB on disk)"),
 )
 
 
@@ -108,6 +113,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--startup-case", action="append", default=[], choices=list(CASES),
                         metavar="CASE",
                         help=f"--startup with these first calls only (repeatable): {', '.join(CASES)}")
+    from ..dask.options import add_dask_arguments  # imports no dask
+
+    add_dask_arguments(parser)
     parser.set_defaults(handler=command)
 
 

@@ -60,8 +60,11 @@ def _add_run_kept(acc, values, column, kept, identity):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations, identity):
-    """``out[p, position(l, k)] += x[p, k, l]`` for every in-image tap; ``out`` is overwritten.
+def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations, identity,
+         accumulate=False):
+    """``out[p, position(l, k)] += x[p, k, l]`` for every in-image tap; ``out`` is overwritten,
+    or with ``accumulate`` added to (a fold continued over more blocks, as a chunked Col2Im
+    does: each position's sum then goes on in the same order).
 
     x : (planes, K, L);  out : (planes, prod(image_shape)), the accumulator type
     x holds the bits of half types (see :mod:`poolfold.kernels.half`); out is float32 then
@@ -109,7 +112,8 @@ def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations,
         column[j] = j % row_blocks
     for p in prange(planes):
         acc = out[p]
-        acc[:] = 0
+        if not accumulate:
+            acc[:] = 0
         xp = x[p]
         k_at = np.zeros(rank, np.int64)  # block offset of row k of xp
         g = np.zeros(rank, np.int64)  # grid coordinate, outer axes

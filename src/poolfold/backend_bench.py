@@ -1,0 +1,162 @@
+"""Whole models through ``poolfold.backend`` against onnxruntime alone: ``poolfold bench --models``.
+
+Two models: the bundled SegNet-style example (1, 3, 64, 64), which onnxruntime runs by itself,
+and ``conv-pool4d-conv``, a Conv, a 4-D-spatial MaxPool on a rank-6 tensor (onnxruntime's
+MaxPool stops at 3-D) and a Relu and Conv after it, which onnxruntime refuses.  Each
+implementation is timed in a block of its own: a warm-up, then ``repeat`` runs, the median kept.
+onnxruntime runs at its default session options; ``poolfold.backend`` at its defaults (its
+other nodes on onnxruntime), and, unless ``reference=False``, with ``other_ops="reference"``
+(every other node on onnx's ReferenceEvaluator) for comparison.
+
+>>> from poolfold import backend_bench
+>>> print(backend_bench.format_rows(backend_bench.run()))      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+@dataclass
+class Row:
+    model: str
+    implementation: str
+    median_ms: float | None  # None: the implementation cannot run the model
+    runs: int
+    note: str = ""
+
+
+def bundled_model() -> tuple[onnx.ModelProto, dict]:
+    from .models import path
+    from .models.segnet import INPUT_SHAPE
+
+    image = np.random.default_rng(0).standard_normal(INPUT_SHAPE).astype(np.float32)
+    return onnx.load(str(path())), {"image": image}
+
+
+def pool4d_model() -> tuple[onnx.ModelProto, dict]:
+    """Conv -> Reshape to rank 6 -> MaxPool over four spatial axes -> Reshape -> Relu -> Conv."""
+    rng = np.random.default_rng(1)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((8, 4, 3, 3)).astype(np.float32) * 0.2, "w1"),
+        numpy_helper.from_array(rng.standard_normal((4, 8, 3, 3)).astype(np.float32) * 0.2, "w2"),
+        numpy_helper.from_array(np.array([1, 8, 4, 8, 4, 8], np.int64), "rank6"),
+        numpy_helper.from_array(np.array([1, 8, 8, 8], np.int64), "rank4"),
+    ]
+    conv = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    graph_nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], **conv),
+        helper.make_node("Reshape", ["c1", "rank6"], ["c1_6d"]),
+        helper.make_node("MaxPool", ["c1_6d"], ["p"], kernel_shape=[2, 2, 2, 2],
+                         strides=[2, 2, 2, 2]),
+        helper.make_node("Reshape", ["p", "rank4"], ["p_4d"]),
+        helper.make_node("Relu", ["p_4d"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["y"], **conv),
+    ]
+    graph = helper.make_graph(
+        graph_nodes, "conv_pool4d_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4, 32, 32))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 4, 8, 8))], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    x = rng.standard_normal((1, 4, 32, 32)).astype(np.float32)
+    return model, {"x": x}
+
+
+MODELS: dict[str, Callable[[], tuple[onnx.ModelProto, dict]]] = {
+    "segnet (bundled)": bundled_model,
+    "conv-pool4d-conv": pool4d_model,
+}
+
+
+def _median_ms(run: Callable[[], object], warmup: int, repeat: int) -> float:
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e3
+
+
+def _first_line(error: BaseException, limit: int = 100) -> str:
+    text = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def run(repeat: int = 30, warmup: int = 5, reference: bool = True) -> list[Row]:
+    """Time every model of :data:`MODELS` (see the module's docstring); rows in table order."""
+    from . import backend
+
+    rows = []
+    for name, build in MODELS.items():
+        model, feeds = build()
+        runners: list[tuple[str, Callable[[], Callable[[], object]], int]] = []
+        try:
+            import onnxruntime
+
+            onnxruntime.set_default_logger_severity(4)  # its refusal is a row's note, not a log
+
+            def session(model=model, feeds=feeds):
+                s = onnxruntime.InferenceSession(model.SerializeToString(),
+                                                 providers=["CPUExecutionProvider"])
+                return lambda: s.run(None, feeds)
+
+            runners.append(("onnxruntime", session, repeat))
+        except ImportError:
+            pass
+        default = "onnxruntime" if backend.onnxruntime_available() else "reference"
+
+        def poolfold(model=model, feeds=feeds, **options):
+            rep = backend.prepare(model, **options)
+            return lambda: rep.run(feeds)
+
+        runners.append((f"poolfold.backend (other ops: {default})", poolfold, repeat))
+        if reference and default != "reference":
+            # The reference evaluator is about 100 times slower: fewer runs.
+            runners.append(("poolfold.backend (other ops: reference)",
+                            lambda: poolfold(other_ops="reference"), max(3, repeat // 5)))
+        for implementation, prepare, runs in runners:
+            try:
+                call = prepare()
+                call()  # the first run compiles poolfold's kernels if they are not cached
+            except Exception as error:  # an implementation that refuses the model
+                rows.append(Row(name, implementation, None, 0, f"cannot run it: "
+                                                                f"{_first_line(error)}"))
+                continue
+            rows.append(Row(name, implementation, _median_ms(call, warmup, runs), runs))
+    return rows
+
+
+def format_rows(rows: list[Row]) -> str:
+    """A table: model, implementation, median ms, and the ratio to onnxruntime alone."""
+    baseline = {r.model: r.median_ms for r in rows if r.implementation == "onnxruntime"}
+    header = ["model", "implementation", "median ms", "vs onnxruntime", "runs"]
+    lines = []
+    for row in rows:
+        base = baseline.get(row.model)
+        ratio = (f"{row.median_ms / base:.2f}x" if row.median_ms is not None and base else "-")
+        lines.append([row.model, row.implementation,
+                      "-" if row.median_ms is None else f"{row.median_ms:.3f}", ratio,
+                      str(row.runs)])
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
+    text = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
+            "  ".join("-" * w for w in widths)]
+    text += ["  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in lines]
+    notes = [f"{r.model}, {r.implementation}: {r.note}" for r in rows if r.note]
+    return "\n".join(text + notes)
+
+
+def measure(args) -> list[dict]:
+    """``poolfold bench --models``: :func:`run` with at least 30 runs per implementation."""
+    return [asdict(row) for row in run(max(args.repeat, 30))]
+
+
+def summary(result: list[dict]) -> str:
+    return format_rows([Row(**row) for row in result])

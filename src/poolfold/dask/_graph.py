@@ -1,0 +1,134 @@
+"""Graph-building helpers shared by the chunked ops: input checks, chunk geometry, and the
+low-level task graphs the ops write (one task per output chunk, reading the input chunks it
+needs by key)."""
+
+from __future__ import annotations
+
+import operator
+from itertools import product
+
+import dask.array as da
+import numpy as np
+from dask.highlevelgraph import HighLevelGraph
+from dask.base import tokenize  # noqa: F401  (the op modules name their layers with it)
+
+from ..errors import PoolfoldError, PoolfoldTypeError
+from ..schema import OpVersion
+
+
+def as_dask(spec: OpVersion, value, name: str, min_rank: int = 3) -> da.Array:
+    """``value`` as a dask array of a type the version accepts, of rank >= ``min_rank``: the
+    checks and messages of the in-memory ops' ``as_tensor``, made on dtype and shape only."""
+    if not isinstance(value, da.Array):
+        try:
+            stored = getattr(value, "chunks", None)  # zarr, h5py: keep the stored chunks
+            if isinstance(stored, tuple) and hasattr(value, "shape") and all(
+                    isinstance(c, (int, np.integer)) for c in stored):
+                value = da.from_array(value, chunks=stored)
+            else:
+                value = da.asarray(value)
+        except (ValueError, TypeError, NotImplementedError) as error:
+            raise PoolfoldTypeError(
+                f"{spec.label}: input '{name}' is not convertible to an array: {error}"
+            ) from None
+    spec.check_type(value.dtype, name)
+    if value.dtype.byteorder not in "=|" and value.dtype.kind not in "OUS":
+        value = value.astype(value.dtype.newbyteorder("="))  # kernels read native values
+    if value.ndim < min_rank:
+        raise PoolfoldError(
+            f"{spec.label}: input '{name}' must have rank >= {min_rank} "
+            f"(N, C and at least one spatial axis), got shape {value.shape}"
+        )
+    if any(np.isnan(n) for n in value.shape):
+        raise PoolfoldError(
+            f"{spec.label}: input '{name}' has unknown chunk sizes {value.chunks}; "
+            "call compute_chunk_sizes() first"
+        )
+    return value
+
+
+def bounds(chunks: tuple[int, ...]) -> np.ndarray:
+    """Chunk boundaries along one axis: ``[0, c0, c0 + c1, ..., n]``."""
+    return np.concatenate([[0], np.cumsum(chunks, dtype=np.int64)])
+
+
+def pieces(edges: np.ndarray, lo: int, hi: int) -> list[tuple[int, slice, slice]]:
+    """The chunks (of boundaries ``edges``) that ``[lo, hi)`` overlaps: per chunk, its
+    number, where its part lands in ``[lo, hi)``, and which part of the chunk it is."""
+    out = []
+    if hi <= lo:
+        return out
+    first = int(np.searchsorted(edges, lo, side="right")) - 1
+    for j in range(first, len(edges) - 1):
+        start, stop = int(edges[j]), int(edges[j + 1])
+        if start >= hi:
+            break
+        if stop <= lo:
+            continue
+        a, b = max(start, lo), min(stop, hi)
+        out.append((j, slice(a - lo, b - lo), slice(a - start, b - start)))
+    return out
+
+
+def assemble(arrays: list, placements: list, shape: tuple[int, ...], dtype):
+    """One block from parts of chunks: ``block[dst] = array[src]`` for each part.  A block
+    that is one whole chunk is that chunk, uncopied."""
+    if len(arrays) == 1:
+        dst, src = placements[0]
+        part = arrays[0][src]
+        if part.shape == tuple(shape):
+            return part
+    block = np.empty(shape, dtype)
+    for array, (dst, src) in zip(arrays, placements):
+        block[dst] = array[src]
+    return block
+
+
+def block_inputs(name: str, fixed: dict, spatial_axes: list[int], axis_pieces: list, ndim: int):
+    """Keys of the chunks of array ``name`` that make up one block, with their placements.
+
+    ``fixed`` maps the axes taken one chunk to one chunk (N, C) to (chunk number, length);
+    ``axis_pieces[i]`` lists :func:`pieces` along ``spatial_axes[i]``."""
+    keys, placements = [], []
+    for combo in product(*axis_pieces):
+        index = [0] * ndim
+        dst = [slice(None)] * ndim
+        src = [slice(None)] * ndim
+        for axis, (chunk, _) in fixed.items():
+            index[axis] = chunk
+        for axis, (chunk, d, s) in zip(spatial_axes, combo):
+            index[axis] = chunk
+            dst[axis] = d
+            src[axis] = s
+        keys.append((name,) + tuple(index))
+        placements.append((tuple(dst), tuple(src)))
+    return keys, placements
+
+
+def arrays_from_tasks(prefix: str, tasks: dict, dependencies: list, outputs: list,
+                      token) -> list[da.Array]:
+    """Dask arrays from a layer of tasks keyed by block.  ``outputs`` lists per array its
+    ``(chunks, meta, renumber)``: with one output each task returns that array's block; with
+    several, a tuple, and output ``k`` takes item ``k`` of every task, at block
+    ``renumber(block)`` (``None``: the task's own block number)."""
+    name = f"{prefix}-{token}"
+    graph = {(name,) + block: task for block, task in tasks.items()}
+    deps = {d.name for d in dependencies}
+    inputs = HighLevelGraph.merge(*[d.dask for d in dependencies])
+    if len(outputs) == 1:
+        chunks, meta_, _ = outputs[0]
+        hlg = HighLevelGraph.merge(HighLevelGraph({name: graph}, {name: deps}), inputs)
+        return [da.Array(hlg, name, chunks, meta=meta_)]
+    arrays = []
+    for k, (chunks, meta_, renumber) in enumerate(outputs):
+        out_name = f"{prefix}-{k}-{token}"
+        layer = {(out_name,) + (renumber(block) if renumber else block):
+                 (operator.getitem, (name,) + block, k) for block in tasks}
+        hlg = HighLevelGraph({name: graph, out_name: layer}, {name: deps, out_name: {name}})
+        arrays.append(da.Array(HighLevelGraph.merge(hlg, inputs), out_name, chunks, meta=meta_))
+    return arrays
+
+
+def meta(ndim: int, dtype) -> np.ndarray:
+    return np.empty((0,) * ndim, dtype)
+

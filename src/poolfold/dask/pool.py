@@ -1,0 +1,193 @@
+"""MaxPool on chunked arrays: each output chunk is pooled from exactly the input its windows
+read, by the in-memory kernels, and its Indices are moved into the whole tensor's numbering.
+
+Along N and C the output chunks are the input's.  Along a spatial axis, output position ``o``
+belongs to the input chunk holding its window's centre ``o*s - pad_begin + (K-1)//2`` (K the
+dilated extent; clamped into the axis, so windows centred in the padding belong to the first
+or last chunk); input chunks holding no window centre get no output chunk.  So "same" pooling
+at stride 1 keeps the chunks, and stride s divides them by about s.  Each output chunk reads the input range
+its windows cover, ``[o0*s - pb, (o1-1)*s - pb + K)`` clipped to the axis, from the chunks
+overlapping it: its own chunk and the halo its windows reach into, no more.  The block is
+pooled with a plan whose padding is the true array edges' only, so every window sees all its
+taps in order, and ties and NaN resolve exactly as in memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes
+from ..geometry import WindowPlan
+from ..kernels import launch
+from ..kernels.activation import IDENTITY, activate_in_place
+from ..kernels.channels_last import nchw_indices
+from ..kernels.renumber import renumber
+from ..memory import allocate, check_size
+from ..ops.max_pool import pool_planes
+from ..ops.nhwc import _with_channels
+from . import _graph
+
+
+def output_ranges(n: int, edges: np.ndarray, out: int, stride: int, offset: int):
+    """Per non-empty output chunk along one axis: ``(chunk, o0, o1)``, in order: the outputs
+    whose window centre ``o*stride - offset`` (clamped into the axis) lies in input chunk
+    ``chunk`` (see the module doc)."""
+    if n == 0:
+        return [(0, 0, out)]
+    ranges = []
+    chunks = len(edges) - 1
+    o0 = 0
+    for j in range(chunks):
+        if j == chunks - 1:
+            o1 = out
+        else:  # first output whose window centre lies at or after the next chunk
+            o1 = min(out, max(0, -(-(int(edges[j + 1]) + offset) // stride)))
+        if o1 > o0:
+            ranges.append((j, o0, o1))
+            o0 = o1
+    return ranges
+
+
+def block_plan(plan: WindowPlan, axis_blocks) -> WindowPlan:
+    """``plan`` restricted to one block: ``axis_blocks`` gives per axis the output range
+    ``(o0, o1)`` and the input range ``(lo, hi)`` it reads.  Padding only where ``plan``'s
+    windows leave the array."""
+    in_shape, pad_begin, pad_end, out_shape = [], [], [], []
+    for a, ((o0, o1), (lo, hi)) in enumerate(axis_blocks):
+        s = plan.strides[a]
+        span = (plan.kernel[a] - 1) * plan.dilations[a] + 1
+        pb = lo - (o0 * s - plan.pad_begin[a])
+        in_shape.append(hi - lo)
+        pad_begin.append(pb)
+        out_shape.append(o1 - o0)
+        pad_end.append(max(0, (o1 - o0 - 1) * s - pb + span - (hi - lo)))
+    return WindowPlan(tuple(in_shape), plan.kernel, plan.strides, plan.dilations,
+                      tuple(pad_begin), tuple(pad_end), tuple(out_shape))
+
+
+def global_indices(local: np.ndarray, block_spatial, origin, spatial, plane0, channels,
+                   storage_order: int) -> np.ndarray:
+    """Indices of a block pooled on its own (NCHW-shaped, flat in the block), in place, as
+    flat positions in the whole X: plane ``(n*C + c)``, position offset by the block's
+    ``origin``, in the same storage order; -1 (an empty window) stays -1."""
+    nb, cb = local.shape[:2]
+    n0, c0 = plane0
+    planes = ((n0 + np.arange(nb, dtype=np.int64))[:, None] * channels
+              + (c0 + np.arange(cb, dtype=np.int64))[None, :])
+    launch(renumber, local.reshape(nb * cb, -1), np.array(block_spatial, np.int64),
+           np.array(origin, np.int64), np.array(spatial, np.int64),
+           (planes * math.prod(spatial)).reshape(-1), storage_order == 1)
+    return local
+
+
+def _pool_block(arrays, placements, block_shape, dtype, label, plan, return_indices,
+                storage_order, channels_last, act, origin, spatial, plane0, channels):
+    """One output chunk: assemble its input block, pool it, renumber its Indices."""
+    x = _graph.assemble(arrays, placements, block_shape, dtype)
+    if channels_last:
+        nb, cb = x.shape[0], x.shape[-1]
+    else:
+        nb, cb = x.shape[:2]
+    out_spatial = plan.out_shape
+    if min(plan.in_shape) == 0:  # every window of this chunk lies in the padding
+        y_shape = (nb,) + out_spatial + (cb,) if channels_last else (nb, cb) + out_spatial
+        y = np.full(y_shape, dtypes.lowest(dtype), dtype)
+        local = np.full((nb, cb) + out_spatial, -1, np.int64) if return_indices else None
+    elif channels_last:  # as poolfold.nhwc.max_pool: planes of rank r + 1, C a window of one
+        y, recorded = pool_planes(label, x.reshape((nb, 1) + x.shape[1:]),
+                                  _with_channels(plan, cb), return_indices, 0)
+        y = y.reshape((nb,) + out_spatial + (cb,))
+        local = None
+        if return_indices:
+            local = allocate(label, "Indices", (nb, cb) + out_spatial, np.int64)
+            if local.size:
+                launch(nchw_indices, recorded.reshape(nb, -1, cb), local.reshape(nb, cb, -1),
+                       np.array(plan.in_shape, np.int64), storage_order == 1)
+    else:
+        y, local = pool_planes(label, x, plan, return_indices, storage_order)
+    if channels_last and act.code != IDENTITY and y.size:
+        launch(activate_in_place, dtypes.bits_view(y).reshape(-1), act.code, act.params,
+               act.table)
+    if not return_indices:
+        return y
+    indices = global_indices(local, plan.in_shape, origin, spatial, plane0, channels,
+                             storage_order) if local.size else local
+    return y, indices
+
+
+def pool(spec, x, plan: WindowPlan, return_indices: bool, storage_order: int,
+         channels_last: bool = False, act=None):
+    """The chunked MaxPool of a checked dask array ``x`` (NCHW, or channels-last): Y, and
+    Indices or None."""
+    ndim = x.ndim
+    if channels_last:
+        n_axis, c_axis, spatial_axes = 0, ndim - 1, list(range(1, ndim - 1))
+    else:
+        n_axis, c_axis, spatial_axes = 0, 1, list(range(2, ndim))
+    spatial = plan.in_shape
+    channels = x.shape[c_axis]
+    per_axis = []  # per spatial axis: [(o0, o1, lo, hi, pieces)]
+    for a, axis in enumerate(spatial_axes):
+        edges = _graph.bounds(x.chunks[axis])
+        s, pb = plan.strides[a], plan.pad_begin[a]
+        span = (plan.kernel[a] - 1) * plan.dilations[a] + 1
+        entries = []
+        centre = (span - 1) // 2
+        for _, o0, o1 in output_ranges(spatial[a], edges, plan.out_shape[a], s, pb - centre):
+            lo = max(0, o0 * s - pb)
+            hi = min(spatial[a], (o1 - 1) * s - pb + span)
+            lo = min(lo, hi) if hi > lo else 0
+            hi = max(hi, lo)
+            entries.append((o0, o1, lo, hi, _graph.pieces(edges, lo, hi)))
+        per_axis.append(entries)
+    out_spatial_chunks = tuple(tuple(e[1] - e[0] for e in entries) for entries in per_axis)
+    n_chunks, c_chunks = x.chunks[n_axis], x.chunks[c_axis]
+    # The largest block's outputs must fit in memory, as the in-memory call's would.
+    biggest = (max(n_chunks), max(c_chunks)) + tuple(max(c) for c in out_spatial_chunks)
+    check_size(spec.label, "Y", biggest, x.dtype)
+    if return_indices:
+        check_size(spec.label, "Indices", biggest, np.int64)
+    n_edges, c_edges = _graph.bounds(n_chunks), _graph.bounds(c_chunks)
+    tasks = {}
+    token = _graph.tokenize(x.name, plan, return_indices, storage_order, channels_last,
+                            act, spec.label)
+    for bn, bc in np.ndindex(len(n_chunks), len(c_chunks)):
+        for combo_index in np.ndindex(*[len(e) for e in per_axis]):
+            combo = [per_axis[a][j] for a, j in enumerate(combo_index)]
+            sub = block_plan(plan, [((e[0], e[1]), (e[2], e[3])) for e in combo])
+            fixed = {n_axis: (bn, n_chunks[bn]), c_axis: (bc, c_chunks[bc])}
+            if min(sub.in_shape) == 0:
+                # No input needed: an element-less slice of the block's first chunk.
+                keys = [tuple([x.name] + [bn if i == n_axis else bc if i == c_axis else 0
+                                          for i in range(ndim)])]
+                placements = [(None, tuple(slice(None) if i in (n_axis, c_axis) else slice(0, 0)
+                                           for i in range(ndim)))]
+                block_shape = tuple(n_chunks[bn] if i == n_axis else c_chunks[bc]
+                                    if i == c_axis else 0 for i in range(ndim))
+            else:
+                keys, placements = _graph.block_inputs(
+                    x.name, fixed, spatial_axes, [e[4] for e in combo], ndim)
+                block_shape = [0] * ndim
+                block_shape[n_axis], block_shape[c_axis] = n_chunks[bn], c_chunks[bc]
+                for axis, e in zip(spatial_axes, combo):
+                    block_shape[axis] = e[3] - e[2]
+                block_shape = tuple(block_shape)
+            origin = tuple(e[2] for e in combo)
+            block = (bn,) + combo_index + (bc,) if channels_last else (bn, bc) + combo_index
+            tasks[block] = (_pool_block, keys, placements, block_shape, x.dtype, spec.label, sub,
+                            return_indices, storage_order, channels_last, act, origin, spatial,
+                            (int(n_edges[bn]), int(c_edges[bc])), channels)
+    if channels_last:
+        y_chunks = (n_chunks,) + out_spatial_chunks + (c_chunks,)
+    else:
+        y_chunks = (n_chunks, c_chunks) + out_spatial_chunks
+    i_chunks = (n_chunks, c_chunks) + out_spatial_chunks
+    outputs = [(y_chunks, _graph.meta(ndim, x.dtype), None)]
+    if return_indices:
+        # Indices are NCHW-shaped: a channels-last block (n, spatial..., c) is (n, c, spatial...).
+        nchw = (lambda block: (block[0], block[-1]) + block[1:-1]) if channels_last else None
+        outputs.append((i_chunks, _graph.meta(ndim, np.int64), nchw))
+    arrays = _graph.arrays_from_tasks("max-pool", tasks, [x], outputs, token)
+    return (arrays[0], arrays[1]) if return_indices else (arrays[0], None)
