@@ -12,8 +12,8 @@ Layout (nothing here imports :mod:`poolfold.cli`; the command imports this packa
 
 Adding a benchmark is a module plus a flag: a module with ``measure(args) -> dict`` (or list;
 anything JSON can hold; it may draw its own bar with :func:`poolfold.console.progress`) and
-``summary(result) -> str``, and one :class:`Section` line in :data:`SECTIONS`, e.g.
-``Section("dask", "poolfold.dask.bench", "also time the ops on chunked dask arrays")``.
+``summary(result) -> str``, and one :class:`Section` line in :data:`SECTIONS`, as the
+``models`` (:mod:`poolfold.backend_bench`) and ``dask`` (:mod:`poolfold.dask.bench`) lines.
 The flag (``--dask``) runs it after the timing table (``--no-timing`` skips that); its
 result goes into the JSON under the section's name.  ``args`` holds every option of the
 command, ``args.workloads`` the chosen workload keys.  The module is imported only when its
