@@ -11,7 +11,7 @@ The kernels do not validate; the op layer has checked every shape and table befo
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .odometer import next_in_ranges, next_in_shape
 from .ordering import is_nan, order_key
@@ -102,11 +102,11 @@ def reported_index(offset, column_major, in_shape, in_strides):
     return index
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, kernel,
-               dilations, column_major, empty_value):
+               dilations, column_major, empty_value, start, stop):
     """Fill ``y[p, q]`` (and ``indices[p, q]`` when ``want_indices``) for every plane ``p``
-    and flat output position ``q``.
+    in ``[start, stop)`` and flat output position ``q``.
 
     x, y, indices : (planes, S_in), (planes, S_out), (planes, S_out) int64
     first, lo, hi : the tap table, (rank, max output size)
@@ -147,7 +147,7 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
                 inner_lo = ol
             inner_hi = ol + 1
     step_last = first[last, 1] - first[last, 0] if out_last > 1 else 0
-    for p in prange(planes):
+    for p in range(start, stop):
         xp = x[p]
         yp = y[p]
         o = np.zeros(rank, np.int64)  # output coordinate
@@ -197,6 +197,14 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
 # plane with no branches, indexing views that were sliced to line up beforehand, which LLVM
 # vectorises (about 0.1 ns per element).  Indexing ``src[i + shift]`` with a run-time shift
 # instead, or folding the variants into one loop with mode flags, keeps it scalar: 8x slower.
+
+@njit(cache=True, nogil=True)
+def _copy(src, dst):
+    """``dst[i] = src[i]``: a loop, not ``dst[:] = src``, whose shape check compiles numba's
+    error formatting into the kernel (seconds of first-call compile time)."""
+    for i in range(dst.size):
+        dst[i] = src[i]
+
 
 @njit(cache=True, nogil=True)
 def _beats(v, held):
@@ -424,7 +432,7 @@ def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, wa
     first_tap = src[start:start + count]
     if not want_indices:
         if taps == 1:
-            held[:] = first_tap
+            _copy(first_tap, held)
         elif taps == 3:
             _first_max_of_three(first_tap, src[start + step:start + step + count],
                                 src[start + 2 * step:start + 2 * step + count], held)
@@ -436,12 +444,12 @@ def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, wa
         return
     held_index = dst_index[:count]
     if taps == 1:
-        held[:] = first_tap
+        _copy(first_tap, held)
         if record >= 0:
             for i in range(count):
                 held_index[i] = record + start + i
         else:
-            held_index[:] = src_index[start:start + count]
+            _copy(src_index[start:start + count], held_index)
         return
     second = start + step
     third = second + step
@@ -600,6 +608,14 @@ def _pairs_pass(src, words, dst, dst_index, size, extent, first, lo, hi, kernel,
 
 
 @njit(cache=True, nogil=True)
+def _restart(o, o0):
+    """Set the output coordinate ``o`` to the start of the slab whose first row is ``o0``."""
+    for a in range(o.size):
+        o[a] = 0
+    o[0] = o0
+
+
+@njit(cache=True, nogil=True)
 def _read_staged_row(dst, staged, row, slot_last, in_order):
     """``dst[ol]``, for a row of outputs, = the staged result of output ol: ``staged[row + ol]``
     when the last axis was staged in output order, else ``staged[row + slot_last[ol]]``.
@@ -615,15 +631,14 @@ def _read_staged_row(dst, staged, row, slot_last, in_order):
             dst[ol] = staged[row + slot_last[ol]]
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape,
-                         kernel, dilations, column_major, empty_value, chunks,
-                         slab_rows, starts, slot, cut, cut_count, pairs, words):
+                         kernel, dilations, column_major, empty_value, slab_rows, starts, slot,
+                         cut, cut_count, pairs, words, start, stop):
     """The same contract as :func:`window_max`, computed by separable passes.
 
-    ``chunks`` is how many groups of planes are shared out among the threads (each group
-    allocates its scratch once); ``slab_rows`` how many outputs along the first axis are
-    computed per slab of the plane (it bounds the scratch, and keeps it in cache).
+    ``slab_rows`` is how many outputs along the first axis are computed per slab of the plane
+    (it bounds the scratch, and keeps it in cache); the scratch is allocated once per call.
 
     Reducing the last axis first, then the others towards the first, keeps row-major window
     order: each pass keeps the first maximum (first NaN) of its taps, so the result is the
@@ -674,105 +689,102 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
     out_inner = 1  # outputs per output row along the first axis
     for a in range(1, rank):
         out_inner *= out_shape[a]
-    for chunk in prange(chunks):
-        values = np.empty((2, capacity), x.dtype)
-        positions = np.empty((2, capacity if want_indices else 0), np.int64)
-        out_row = np.empty(slab_rows, np.int64)  # staged row of each output along axis 0
-        o = np.zeros(rank, np.int64)
-        for p in range(chunk * planes // chunks, (chunk + 1) * planes // chunks):
-            xp = x[p]
-            plane_offset = p * plane_size
-            for o0 in range(0, out_shape[0] if rank > 1 else 1, slab_rows):
-                o1 = min(o0 + slab_rows, out_shape[0])
-                # The slab: input rows [r_lo, r_hi) along the first axis hold all its taps.
-                r_lo = 0
-                size = plane_size
+    values = np.empty((2, capacity), x.dtype)
+    positions = np.empty((2, capacity if want_indices else 0), np.int64)
+    out_row = np.empty(slab_rows, np.int64)  # staged row of each output along axis 0
+    o = np.zeros(rank, np.int64)
+    for p in range(start, stop):
+        xp = x[p]
+        plane_offset = p * plane_size
+        for o0 in range(0, out_shape[0] if rank > 1 else 1, slab_rows):
+            o1 = min(o0 + slab_rows, out_shape[0])
+            # The slab: input rows [r_lo, r_hi) along the first axis hold all its taps.
+            r_lo = 0
+            size = plane_size
+            if rank > 1:
+                r_lo = min(max(first[0, o0], 0), in_shape[0])
+                r_hi = max(min(first[0, o1 - 1] + (kernel[0] - 1) * dilations[0] + 1,
+                               in_shape[0]), r_lo)
+                size = (r_hi - r_lo) * in_strides[0]
+            slab_at = r_lo * in_strides[0]
+            slab = xp[slab_at:slab_at + size]
+            if pairs:
+                _pairs_pass(slab, words[p, slab_at // 2:(slab_at + size) // 2], values[0],
+                            positions[0], size, in_shape[last], first, lo, hi, kernel, cut,
+                            cut_count, want_indices, plane_offset + slab_at)
+                size //= 2
+            else:
+                _axis_pass(slab, positions[1], values[0], positions[0], size, last, np.int64(1),
+                           first, lo, hi, in_shape[last], kernel, dilations, starts, slot,
+                           cut, cut_count, want_indices, plane_offset + slab_at)
+            side = 0
+            for a in range(last - 1, 0, -1):
+                _axis_pass(values[side], positions[side], values[1 - side],
+                           positions[1 - side], size, a, strides[a], first, lo, hi,
+                           in_shape[a], kernel, dilations, starts, slot, cut, cut_count,
+                           want_indices, np.int64(-1))
+                side = 1 - side
+            if rank > 1:  # the first axis
+                src = values[side]
+                src_index = positions[side]
+                rows_in = r_hi - r_lo
+                spare = rows_in  # staged rows of the cut windows, in flat mode
+                joined = rows_in - (kernel[0] - 1) * dilations[0]
+                if flat_first and joined > 0:  # every window start of the slab at once
+                    _first_max_rows(src, src_index, values[1 - side], positions[1 - side],
+                                    np.int64(0), dilations[0] * inner0, kernel[0],
+                                    joined * inner0, want_indices, np.int64(-1))
+                for oa in range(o0, o1):
+                    taps = hi[0, oa] - lo[0, oa]
+                    at = (first[0, oa] + lo[0, oa] * dilations[0] - r_lo) * inner0
+                    if taps <= 0:
+                        out_row[oa - o0] = 0
+                        continue  # only padding: patched below
+                    if not flat_first:
+                        out_row[oa - o0] = oa - o0
+                    elif taps == kernel[0]:
+                        out_row[oa - o0] = at // inner0
+                        continue  # done above
+                    else:
+                        out_row[oa - o0] = spare
+                        spare += 1
+                    to = out_row[oa - o0] * inner0
+                    _first_max_rows(src, src_index, values[1 - side, to:to + inner0],
+                                    positions[1 - side, to:to + inner0] if want_indices
+                                    else positions[1 - side], at, dilations[0] * inner0,
+                                    taps, inner0, want_indices, np.int64(-1))
+                side = 1 - side
+            # Every output of the slab reads its result.
+            staged = values[side]
+            staged_positions = positions[side]
+            slot_last = slot[last]
+            _restart(o, o0)
+            q0 = o0 * out_inner
+            out_rows = (o1 - o0) * out_inner // out_last if rank > 1 else 1
+            for r in range(out_rows):
+                row = 0
                 if rank > 1:
-                    r_lo = min(max(first[0, o0], 0), in_shape[0])
-                    r_hi = max(min(first[0, o1 - 1] + (kernel[0] - 1) * dilations[0] + 1,
-                                   in_shape[0]), r_lo)
-                    size = (r_hi - r_lo) * in_strides[0]
-                start = r_lo * in_strides[0]
-                slab = xp[start:start + size]
-                if pairs:
-                    _pairs_pass(slab, words[p, start // 2:(start + size) // 2], values[0],
-                                positions[0], size, in_shape[last], first, lo, hi, kernel, cut,
-                                cut_count, want_indices, plane_offset + start)
-                    size //= 2
-                else:
-                    _axis_pass(slab, positions[1], values[0], positions[0], size, last, np.int64(1),
-                               first, lo, hi, in_shape[last], kernel, dilations, starts, slot,
-                               cut, cut_count, want_indices, plane_offset + start)
-                side = 0
-                for a in range(last - 1, 0, -1):
-                    _axis_pass(values[side], positions[side], values[1 - side],
-                               positions[1 - side], size, a, strides[a], first, lo, hi,
-                               in_shape[a], kernel, dilations, starts, slot, cut, cut_count,
-                               want_indices, np.int64(-1))
-                    side = 1 - side
-                if rank > 1:  # the first axis
-                    src = values[side]
-                    src_index = positions[side]
-                    rows_in = r_hi - r_lo
-                    spare = rows_in  # staged rows of the cut windows, in flat mode
-                    joined = rows_in - (kernel[0] - 1) * dilations[0]
-                    if flat_first and joined > 0:  # every window start of the slab at once
-                        _first_max_rows(src, src_index, values[1 - side], positions[1 - side],
-                                        np.int64(0), dilations[0] * inner0, kernel[0],
-                                        joined * inner0, want_indices, np.int64(-1))
-                    for oa in range(o0, o1):
-                        taps = hi[0, oa] - lo[0, oa]
-                        at = (first[0, oa] + lo[0, oa] * dilations[0] - r_lo) * inner0
-                        if taps <= 0:
-                            out_row[oa - o0] = 0
-                            continue  # only padding: patched below
-                        if not flat_first:
-                            out_row[oa - o0] = oa - o0
-                        elif taps == kernel[0]:
-                            out_row[oa - o0] = at // inner0
-                            continue  # done above
-                        else:
-                            out_row[oa - o0] = spare
-                            spare += 1
-                        to = out_row[oa - o0] * inner0
-                        _first_max_rows(src, src_index, values[1 - side, to:to + inner0],
-                                        positions[1 - side, to:to + inner0] if want_indices
-                                        else positions[1 - side], at, dilations[0] * inner0,
-                                        taps, inner0, want_indices, np.int64(-1))
-                    side = 1 - side
-                # Every output of the slab reads its result.
-                staged = values[side]
-                staged_positions = positions[side]
-                slot_last = slot[last]
-                o[:] = 0
-                o[0] = o0
-                q0 = o0 * out_inner
-                out_rows = (o1 - o0) * out_inner // out_last if rank > 1 else 1
-                for r in range(out_rows):
-                    row = 0
-                    if rank > 1:
-                        row = out_row[o[0] - o0] * inner0
-                        for a in range(1, last):
-                            row += slot[a, o[a]] * strides[a]
-                    q = q0 + r * out_last
-                    _read_staged_row(y[p, q:q + out_last], staged, row, slot_last, pairs)
-                    if want_indices:
-                        _read_staged_row(indices[p, q:q + out_last], staged_positions, row,
-                                         slot_last, pairs)
-                    next_in_shape(o, out_shape, last)
-                # Rare cases: windows made only of padding, and column-major indices.
-                if has_empty or (want_indices and column_major):
-                    o[:] = 0
-                    o[0] = o0
-                    for q in range(q0, q0 + out_rows * out_last):
-                        empty = False
-                        for a in range(rank):
-                            empty |= lo[a, o[a]] >= hi[a, o[a]]
-                        if empty:
-                            y[p, q] = empty_value
-                            if want_indices:
-                                indices[p, q] = -1
-                        elif want_indices and column_major:
-                            indices[p, q] = plane_offset + reported_index(
-                                indices[p, q] - plane_offset, True, in_shape, in_strides)
-                        next_in_shape(o, out_shape, rank)
+                    row = out_row[o[0] - o0] * inner0
+                    for a in range(1, last):
+                        row += slot[a, o[a]] * strides[a]
+                q = q0 + r * out_last
+                _read_staged_row(y[p, q:q + out_last], staged, row, slot_last, pairs)
+                if want_indices:
+                    _read_staged_row(indices[p, q:q + out_last], staged_positions, row,
+                                     slot_last, pairs)
+                next_in_shape(o, out_shape, last)
+            # Rare cases: windows made only of padding, and column-major indices.
+            if has_empty or (want_indices and column_major):
+                _restart(o, o0)
+                for q in range(q0, q0 + out_rows * out_last):
+                    empty = False
+                    for a in range(rank):
+                        empty |= lo[a, o[a]] >= hi[a, o[a]]
+                    if empty:
+                        y[p, q] = empty_value
+                        if want_indices:
+                            indices[p, q] = -1
+                    elif want_indices and column_major:
+                        indices[p, q] = plane_offset + reported_index(
+                            indices[p, q] - plane_offset, True, in_shape, in_strides)
+                    next_in_shape(o, out_shape, rank)
