@@ -208,8 +208,7 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
     arguments = (
         xs,
         ys,
-        indices.reshape(planes, -1) if return_indices else np.empty((0, 0), np.int64),
-        return_indices,
+        indices.reshape(planes, -1) if return_indices else None,  # None: no index code
         taps.first,
         taps.lo,
         taps.hi,
