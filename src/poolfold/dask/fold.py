@@ -90,7 +90,7 @@ def _fold_step(accumulator, x, l0, plan, image_planes, block_size):
         launch(fold, _box_columns(columns, l0, start, size, plan.out_shape), accumulator,
                taps.first, taps.lo, taps.hi, np.array(plan.in_shape, np.int64),
                np.array(plan.kernel, np.int64), np.array(sub.out_shape, np.int64),
-               np.array(plan.dilations, np.int64), identity, True)
+               np.array(plan.dilations, np.int64), identity, True, 0, accumulator.shape[0])
     return accumulator
 
 

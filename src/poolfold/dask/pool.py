@@ -104,12 +104,12 @@ def _pool_block(arrays, placements, block_shape, dtype, label, plan, return_indi
             local = allocate(label, "Indices", (nb, cb) + out_spatial, np.int64)
             if local.size:
                 launch(nchw_indices, recorded.reshape(nb, -1, cb), local.reshape(nb, cb, -1),
-                       np.array(plan.in_shape, np.int64), storage_order == 1)
+                       np.array(plan.in_shape, np.int64), storage_order == 1, 0, nb * cb)
     else:
         y, local = pool_planes(label, x, plan, return_indices, storage_order)
     if channels_last and act.code != IDENTITY and y.size:
         launch(activate_in_place, dtypes.bits_view(y).reshape(-1), act.code, act.params,
-               act.table)
+               act.table, 0, y.size)
     if not return_indices:
         return y
     indices = global_indices(local, plan.in_shape, origin, spatial, plane0, channels,

@@ -223,7 +223,7 @@ def _write(strays, routes, layout, block, dtype, channels_last, act):
         out = np.ascontiguousarray(np.moveaxis(out, 1, -1))
     if act is not None and act.code != IDENTITY and out.size:
         launch(activate_in_place, dtypes.bits_view(out).reshape(-1), act.code, act.params,
-               act.table)
+               act.table, 0, out.size)
     return out
 
 
