@@ -21,9 +21,22 @@ from multiprocessing.connection import wait
 
 RECYCLE = 10000
 MEMORY_LIMIT = 2 * 2**30  # address space a worker may add to what it holds when it starts
-# Generous: a worker compiles a kernel the first time it meets a new type (seconds), and
-# the machine may be busy.
-TIME_LIMIT = 180.0
+# A case hangs when its worker spends more than TIME_LIMIT seconds of CPU on it (an endless
+# loop burns CPU), or more than WALL_LIMIT seconds in all (a deadlock does not).  CPU time,
+# not wall time, so that a busy machine does not make hangs: a worker compiles a kernel the
+# first time it meets a new type, 5-30 s of CPU each.
+TIME_LIMIT = 120.0
+WALL_LIMIT = 1800.0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _address_space() -> int:
@@ -37,6 +50,12 @@ def _address_space() -> int:
 def _serve(connection, memory_limit):
     from . import judge  # imported before the fork, so this is free
 
+    try:  # die with the parent, whatever kills it
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
     limit = _address_space() + memory_limit
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     while True:
@@ -66,7 +85,12 @@ class Worker:
 
     def submit(self, spec):
         self.spec, self.started = spec, time.monotonic()
+        self.cpu_started = cpu_seconds(self.process.pid)
         self.connection.send(spec)
+
+    def overdue(self, time_limit) -> bool:
+        return (cpu_seconds(self.process.pid) - self.cpu_started > time_limit
+                or time.monotonic() - self.started > WALL_LIMIT)
 
     def stop(self):
         if self.process.is_alive():
@@ -94,7 +118,6 @@ def run(specs, workers=1, time_limit=TIME_LIMIT, memory_limit=MEMORY_LIMIT, on_r
         feed(Worker(memory_limit))
     while busy:
         ready = wait(list(busy), timeout=5.0)
-        now = time.monotonic()
         finished = []
         for connection in ready:
             worker, index = busy.pop(connection)
@@ -109,11 +132,11 @@ def run(specs, workers=1, time_limit=TIME_LIMIT, memory_limit=MEMORY_LIMIT, on_r
                 worker = Worker(memory_limit)
             finished.append((worker, index, status, detail))
         for connection, (worker, index) in list(busy.items()):
-            if now - worker.started > time_limit:
+            if worker.overdue(time_limit):
                 busy.pop(connection)
                 worker.stop()
                 finished.append((Worker(memory_limit), index, "fail",
-                                 f"hang (no answer in {time_limit:.0f} s)"))
+                                 f"hang (over {time_limit:.0f} s of CPU)"))
         for worker, index, status, detail in finished:
             yield index, status, detail
             worker.done += 1
