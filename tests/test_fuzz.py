@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import poolfold
+import poolfold.nhwc
 from poolfold import PoolfoldTypeError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,3 +58,20 @@ def test_max_pool_shape_returns_plain_ints_for_an_array_shape():
 def test_max_pool_shape_refuses_a_shape_that_is_not_a_sequence(bad):
     with pytest.raises(PoolfoldTypeError, match="MaxPool-22: input 'X' shape"):
         poolfold.max_pool_shape(bad, [2])
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 0, 1), (1, 1, 4, 0), (1, 1, 0, 0, 3), (2, 3, 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+def test_max_pool_zero_size_spatial_axis_with_pads_gives_empty_windows(shape, dtype):
+    """A 0-size spatial axis with pads: every window is empty (it divided by the 0-size row
+    when choosing a kernel)."""
+    rank = len(shape) - 2
+    lowest = -np.inf if np.dtype(dtype).kind == "f" else np.iinfo(dtype).min
+    y, i = poolfold.max_pool(np.zeros(shape, dtype), [1] * rank, pads=[2] * (2 * rank),
+                             return_indices=True)
+    want = shape[:2] + tuple(n + 4 for n in shape[2:])
+    assert y.shape == want and y.dtype == dtype and (y == lowest).all() and (i == -1).all()
+    nhwc = np.zeros((shape[0],) + shape[2:] + (shape[1],), dtype)
+    y, i = poolfold.nhwc.max_pool(nhwc, [1] * rank, pads=[2] * (2 * rank), return_indices=True)
+    assert y.shape == (shape[0],) + want[2:] + (shape[1],) and (y == lowest).all()
+    assert i.shape == want and (i == -1).all()

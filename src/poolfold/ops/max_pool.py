@@ -178,6 +178,8 @@ def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_byte
     per_output = 4
     n, k, out = plan.in_shape, plan.kernel, plan.out_shape
     size = math.prod(n)
+    if size == 0:  # a 0-size axis with pads: every window is empty, nothing to stage
+        return None
     separable = size * sum(k[1:] if plan.rank > 1 else k) / vectorised + math.prod(out)
     if plan.rank > 1:
         separable += out[0] * k[0] * size / n[0] / vectorised
