@@ -169,9 +169,13 @@ def _empty_axis_geometry(shape, kernel, kwargs):
     window of such an input is empty."""
     rank = len(shape) - 2
     kernel = [int(v) for v in kernel]
-    strides = [int(v) for v in kwargs.get("strides") or [1] * rank]
-    dilations = [int(v) for v in kwargs.get("dilations") or [1] * rank]
-    pads = [int(v) for v in kwargs.get("pads") or [0] * 2 * rank]
+    def given(name, default):
+        value = kwargs.get(name)
+        return [int(v) for v in (default if value is None else value)]
+
+    strides = given("strides", [1] * rank)
+    dilations = given("dilations", [1] * rank)
+    pads = given("pads", [0] * 2 * rank)
     auto_pad, ceil_mode = kwargs.get("auto_pad", "NOTSET"), bool(kwargs.get("ceil_mode", 0))
     outs = []
     for a in range(rank):
