@@ -21,7 +21,7 @@ from onnx.backend.base import Backend, BackendRep, namedtupledict
 from onnx.reference import ReferenceEvaluator
 
 from . import nodes, reference, schema
-from .errors import PoolfoldError
+from .errors import PoolfoldError, PoolfoldTypeError
 
 
 class PoolfoldRep(BackendRep):
@@ -56,8 +56,38 @@ class PoolfoldRep(BackendRep):
                 f"unknown input(s) {', '.join(unknown)}; the model's inputs are "
                 f"{', '.join(self.input_names)}"
             )
-        results = self._session.run(None, feeds)
+        try:
+            results = self._session.run(None, feeds)
+        except (TypeError, ValueError) as error:
+            # onnx's evaluator re-raises an op's TypeError as its own "Issues with types";
+            # poolfold's message, which names the node's op and attribute, is the useful one.
+            cause = error.__cause__ or error.__context__
+            if isinstance(cause, (PoolfoldError, PoolfoldTypeError)):
+                raise cause from None
+            raise
         return namedtupledict("Outputs", self.output_names)(*results)
+
+
+def _load(model) -> onnx.ModelProto:
+    """``model`` (a ModelProto, its bytes or a path) as a ModelProto with a graph; bytes that
+    are not one are a PoolfoldError (a missing file stays an OSError)."""
+    if not isinstance(model, onnx.ModelProto):
+        try:
+            if isinstance(model, (bytes, bytearray)):
+                model = onnx.load_from_string(bytes(model))
+            else:
+                model = onnx.load(model)
+        except OSError:
+            raise
+        except Exception as error:  # protobuf's decode errors are not one family
+            text = str(error).strip().splitlines()
+            raise PoolfoldError(
+                f"cannot read the model: not an ONNX protobuf ({text[0] if text else type(error).__name__})"
+            ) from None
+    if not model.graph.node or not model.graph.output:
+        # Empty or unrelated bytes can parse as an empty ModelProto.
+        raise PoolfoldError("not an ONNX model: the graph has no nodes or no outputs")
+    return model
 
 
 class PoolfoldBackend(Backend):
@@ -75,11 +105,7 @@ class PoolfoldBackend(Backend):
         ``inferred_shape_indices=True`` gives MaxUnpool nodes that option (see the README)."""
         if not cls.supports_device(device):
             raise PoolfoldError(f"poolfold runs on the CPU only, not {device!r}")
-        if isinstance(model, bytes):
-            model = onnx.load_from_string(model)
-        elif not isinstance(model, onnx.ModelProto):  # a path
-            model = onnx.load(model)
-        return PoolfoldRep(model, bool(kwargs.get("inferred_shape_indices", False)))
+        return PoolfoldRep(_load(model), bool(kwargs.get("inferred_shape_indices", False)))
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:
