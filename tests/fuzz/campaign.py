@@ -3,6 +3,7 @@ process with a time and memory limit, and count the outcomes.
 
     python -m tests.fuzz.campaign --cases 100000 --seed 1 --workers 2
     python -m tests.fuzz.campaign --replay "{'op': 'max_pool', ...}"   # one printed case
+    python -m tests.fuzz.campaign --replay-log campaign.log            # every failing case
 
 Prints the counts (tried, passed by value, passed by error, unchecked, failed) and every
 failing case as a line ``--replay`` takes; ``--json`` prints the counts as JSON as the last
@@ -64,6 +65,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--time-limit", type=float, default=runner.TIME_LIMIT)
     parser.add_argument("--replay", metavar="SPEC", help="judge one printed case")
+    parser.add_argument("--replay-log", metavar="FILE",
+                        help="judge again every failing case a campaign's output printed")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--progress", type=int, default=0, metavar="N",
                         help="print the counts every N cases")
@@ -77,9 +80,15 @@ def main(argv=None) -> int:
             specs[index] = spec
             yield spec
 
-    stream = [ast.literal_eval(args.replay)] if args.replay else \
-        draw_specs(args.cases, args.seed)
-    total = 1 if args.replay else args.cases
+    if args.replay_log:
+        with open(args.replay_log) as log:
+            stream = [ast.literal_eval(line.split("case: ", 1)[1]) for line in log
+                      if line.startswith("  case: ")]
+    elif args.replay:
+        stream = [ast.literal_eval(args.replay)]
+    else:
+        stream = draw_specs(args.cases, args.seed)
+    total = len(stream) if isinstance(stream, list) else args.cases
     counts = collections.Counter()
     by_op = collections.defaultdict(collections.Counter)
     failures = []
