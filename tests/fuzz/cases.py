@@ -112,7 +112,7 @@ def make_array(spec: dict):
     for layout in spec["layout"]:
         if layout == "F":
             array = np.asfortranarray(array)
-        elif layout == "reversed":
+        elif layout == "reversed" and array.ndim:
             array = array[(slice(None, None, -1),) * array.ndim]
         elif layout == "swapped" and array.dtype.kind not in "OV" and array.dtype.itemsize > 1:
             array = array.astype(array.dtype.newbyteorder(">" if sys.byteorder == "little" else "<"))
