@@ -26,7 +26,7 @@ from onnx.backend.base import Backend, BackendRep, namedtupledict
 from onnx.reference import ReferenceEvaluator
 
 from . import nodes, partition, reference, schema
-from .errors import PoolfoldError
+from .errors import PoolfoldError, PoolfoldTypeError
 
 ONNXRUNTIME = "onnxruntime"
 REFERENCE = "reference"
@@ -99,6 +99,17 @@ class PoolfoldRep(BackendRep):
                 f"unknown input(s) {', '.join(unknown)}; the model's inputs are "
                 f"{', '.join(self.input_names)}"
             )
+        try:
+            return self._run(feeds)
+        except (TypeError, ValueError) as error:
+            # onnx's evaluator re-raises an op's TypeError as its own "Issues with types";
+            # poolfold's message, which names the node's op and attribute, is the useful one.
+            cause = error.__cause__ or error.__context__
+            if isinstance(cause, (PoolfoldError, PoolfoldTypeError)):
+                raise cause from None
+            raise
+
+    def _run(self, feeds: dict) -> tuple[Any, ...]:
         if self._session is not None:
             return self._outputs(*self._session.run(None, feeds))
         missing = [name for name in self.input_names if name not in feeds]
@@ -419,6 +430,28 @@ def _build_steps(model: onnx.ModelProto, inferred_shape_indices: bool, ops,
     return steps
 
 
+def _load(model) -> onnx.ModelProto:
+    """``model`` (a ModelProto, its bytes or a path) as a ModelProto with a graph; bytes that
+    are not one are a PoolfoldError (a missing file stays an OSError)."""
+    if not isinstance(model, onnx.ModelProto):
+        try:
+            if isinstance(model, (bytes, bytearray)):
+                model = onnx.load_from_string(bytes(model))
+            else:
+                model = onnx.load(model)
+        except OSError:
+            raise
+        except Exception as error:  # protobuf's decode errors are not one family
+            text = str(error).strip().splitlines()
+            raise PoolfoldError(
+                f"cannot read the model: not an ONNX protobuf ({text[0] if text else type(error).__name__})"
+            ) from None
+    if not model.graph.node or not model.graph.output:
+        # Empty or unrelated bytes can parse as an empty ModelProto.
+        raise PoolfoldError("not an ONNX model: the graph has no nodes or no outputs")
+    return model
+
+
 class PoolfoldBackend(Backend):
     @classmethod
     def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> bool:
@@ -457,10 +490,7 @@ class PoolfoldBackend(Backend):
         elif other_ops == ONNXRUNTIME and not onnxruntime_available():
             raise PoolfoldError("other_ops='onnxruntime' needs onnxruntime, which is not "
                                 "installed (pip install onnxruntime)")
-        if isinstance(model, bytes):
-            model = onnx.load_from_string(model)
-        elif not isinstance(model, onnx.ModelProto):  # a path
-            model = onnx.load(model)
+        model = _load(model)
         session = {k: kwargs[k] for k in _SESSION_KEYWORDS if kwargs.get(k) is not None}
         return PoolfoldRep(model, bool(kwargs.get("inferred_shape_indices", False)), other_ops,
                            session)

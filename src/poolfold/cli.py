@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -38,7 +39,10 @@ and the run time; --output also writes every output to an .npz file under its gr
 def _onnx_dtype(elem_type: int) -> np.dtype:
     from onnx import helper
 
-    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        raise UsageError(f"the model declares an input of unknown element type {elem_type}") from None
 
 
 def _declared_inputs(model) -> dict:
@@ -56,8 +60,20 @@ def _declared_inputs(model) -> dict:
     return declared
 
 
-def _generate(dtype: np.dtype, shape, rng: np.random.Generator) -> np.ndarray:
+# Generated inputs are for trying a model out: one larger than this is refused (give it with
+# --input), rather than filling memory for a declared dim of 2**40.
+MAX_GENERATED_BYTES = 2**30
+
+
+def _generate(dtype: np.dtype, shape, rng: np.random.Generator, name: str = "") -> np.ndarray:
     shape = tuple(1 if d is None else d for d in shape)
+    if any(d < 0 for d in shape):
+        raise UsageError(f"input {name!r} declares a negative dim {shape}; give it with --input")
+    if math.prod(shape) * dtype.itemsize > MAX_GENERATED_BYTES:
+        raise UsageError(
+            f"input {name!r} of declared shape {shape} ({dtype}) would need more than "
+            f"{MAX_GENERATED_BYTES // 2**20} MiB to generate; give it with --input"
+        )
     if dtype.kind == "f" or dtype.name == "bfloat16":
         return rng.standard_normal(shape).astype(dtype)
     if dtype.kind in "iu":
@@ -138,7 +154,7 @@ def command_run(args) -> int:
     rng = np.random.default_rng(args.seed)
     generated = [name for name in declared if name not in feeds]
     for name in generated:
-        feeds[name] = _generate(*declared[name], rng)
+        feeds[name] = _generate(*declared[name], rng, name)
     print(f"model: {path if args.model else 'bundled example (SegNet-style encoder-decoder)'}")
     for name, value in feeds.items():
         origin = f"generated, seed {args.seed}" if name in generated else "from file"
@@ -150,9 +166,8 @@ def command_run(args) -> int:
             start = time.perf_counter()
             outputs = rep.run(feeds)
             times.append(time.perf_counter() - start)
-    except Exception as error:  # the model's own failure: one line, not a traceback
-        print(f"poolfold run: error: {_first_line(error)}", file=sys.stderr)
-        return EXIT_FAILURE
+    except Exception as error:  # a model that cannot run is bad input: one line, no traceback
+        raise UsageError(_first_line(error)) from None
     names = [o.name for o in model.graph.output]
     for name, value in zip(names, outputs):
         value = np.asarray(value)

@@ -24,6 +24,10 @@ _FUNCTIONS = {
 }
 
 
+# Inputs each op takes (MaxUnpool's output_shape is optional).
+_MOST_INPUTS = {"MaxPool": 1, "MaxUnpool": 3, "Col2Im": 3}
+
+
 def implements(domain: str, op_type: str) -> bool:
     return (domain, op_type) in _FUNCTIONS
 
@@ -60,6 +64,11 @@ def bind(domain: str, op_type: str, opset: int, attributes: dict, outputs: Seque
     for attribute in spec.attributes.values():
         if attribute.required and attribute.name not in attributes:
             raise PoolfoldError(f"{spec.label}: required attribute '{attribute.name}' is missing")
+    most = _MOST_INPUTS[op_type]
+    if len(inputs) > most:
+        raise PoolfoldError(
+            f"{spec.label}: the node has {len(inputs)} inputs; this op takes at most {most}"
+        )
     wanted = [bool(name) for name in outputs]
     function = _FUNCTIONS[(domain, op_type)]
     kwargs = dict(attributes)

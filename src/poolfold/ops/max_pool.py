@@ -60,9 +60,14 @@ def max_pool_shape(
     (8, 64, 56, 56)
     """
     spec = schema.resolve("MaxPool", opset)
+    if isinstance(input_shape, (str, bytes)) or not hasattr(input_shape, "__iter__"):
+        raise PoolfoldTypeError(
+            f"{spec.label}: input 'X' shape must be a sequence of integers, got {input_shape!r}"
+        )
     shape = tuple(input_shape)
     if any(isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) for n in shape):
         raise PoolfoldTypeError(f"{spec.label}: input 'X' shape must hold integers, got {shape}")
+    shape = tuple(int(n) for n in shape)  # plain ints out, whatever integer type came in
     if len(shape) < 3 or min(shape) < 0:
         raise PoolfoldError(
             f"{spec.label}: input 'X' must have rank >= 3 and no negative dim, got shape {shape}"
@@ -173,6 +178,8 @@ def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_byte
     per_output = 4
     n, k, out = plan.in_shape, plan.kernel, plan.out_shape
     size = math.prod(n)
+    if size == 0:  # a 0-size axis with pads: every window is empty, nothing to stage
+        return None
     separable = size * sum(k[1:] if plan.rank > 1 else k) / vectorised + math.prod(out)
     if plan.rank > 1:
         separable += out[0] * k[0] * size / n[0] / vectorised

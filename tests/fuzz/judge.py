@@ -1,0 +1,307 @@
+"""Run one case and judge it against the oracle (inside a worker process).
+
+A case passes *by value* when poolfold returns exactly what the oracle returns (same shape,
+same type once byte order is set aside, the same bits), and *by error* when it raises
+``PoolfoldError`` / ``PoolfoldTypeError`` naming the op.  It fails on any other exception,
+on a value the oracle does not give (or for an input the oracle refuses), and on any change
+to its inputs.  Crashes, hangs and memory beyond the limit are caught by the worker's parent.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import helper
+
+import oracle
+import poolfold
+import poolfold.backend
+import poolfold.nhwc
+from poolfold import PoolfoldError, PoolfoldTypeError
+
+from . import cases
+
+FUNCTIONS = {
+    "max_pool": poolfold.max_pool,
+    "max_pool_shape": poolfold.max_pool_shape,
+    "max_unpool": poolfold.max_unpool,
+    "col2im": poolfold.col2im,
+    "nhwc.max_pool": poolfold.nhwc.max_pool,
+    "nhwc.max_unpool": poolfold.nhwc.max_unpool,
+}
+
+# The oracle is pure Python: compare only calls it finishes in well under a second.
+ORACLE_BUDGET = 20_000
+
+
+class Failure(Exception):
+    """The case failed; the message says how."""
+
+
+def _snapshot(value):
+    if isinstance(value, np.ndarray):
+        return value.copy(), value.flags.writeable
+    return None
+
+
+def _native(array: np.ndarray) -> np.ndarray:
+    array = np.asarray(array)
+    if array.dtype.byteorder not in "=|" and array.dtype.kind not in "OV":
+        return array.astype(array.dtype.newbyteorder("="))
+    return array
+
+
+def _same(got, want, what: str) -> None:
+    got, want = np.asarray(got), _native(want)
+    if got.shape != want.shape:
+        raise Failure(f"{what}: shape {got.shape}, oracle {want.shape}")
+    if want.dtype.kind in "USO":
+        if got.dtype.kind not in "USO" or got.tolist() != want.tolist():
+            raise Failure(f"{what}: strings differ from the oracle's")
+        return
+    if got.dtype != want.dtype:
+        raise Failure(f"{what}: dtype {got.dtype}, oracle {want.dtype}")
+    if got.tobytes() != np.ascontiguousarray(want).tobytes():
+        raise Failure(f"{what}: values differ from the oracle's")
+
+
+def _node(op, args, kwargs):
+    """The call as an ONNX node and its inputs; attributes helper cannot encode are left out."""
+    op_type = cases.OP_TYPES[op]
+    domain = "com.ms.internal.nhwc" if op.startswith("nhwc.") else ""
+    kwargs = dict(kwargs)
+    opset = kwargs.pop("opset", None)
+    outputs = ["Y", "Indices"] if kwargs.pop("return_indices", False) is True else ["Y"]
+    outputs = outputs if op_type == "MaxPool" else ["Y"]
+    if op_type == "MaxPool":
+        inputs = [args[0]]
+        kwargs["kernel_shape"] = args[1]
+    elif op_type == "MaxUnpool":
+        inputs = [args[0], args[1]]
+        kwargs["kernel_shape"] = args[2]
+        output_shape = kwargs.pop("output_shape", None)
+        if output_shape is not None:
+            inputs.append(np.asarray(output_shape) if not isinstance(output_shape, np.ndarray)
+                          else output_shape)
+        kwargs.pop("inferred_shape_indices", None)
+    else:
+        inputs = [args[0]] + [np.asarray(v) if not isinstance(v, np.ndarray) else v
+                              for v in args[1:]]
+    attributes = []
+    for name, value in kwargs.items():
+        if value is None:
+            continue
+        try:
+            attributes.append(helper.make_attribute(name, value))
+        except Exception:  # not encodable as an attribute: the node simply lacks it
+            continue
+    names = [f"in{i}" for i in range(len(inputs))]
+    node = helper.make_node(op_type, names, outputs, domain=domain)
+    node.attribute.extend(attributes)
+    read_back = {}
+    for attribute in node.attribute:
+        value = helper.get_attribute_value(attribute)
+        read_back[attribute.name] = value.decode() if isinstance(value, bytes) else value
+    return node, inputs, opset, read_back
+
+
+def _call(spec):
+    """Run the case: (result, the call as the oracle should see it: args, kwargs)."""
+    op, args, kwargs = cases.build(spec)
+    if spec.get("via") == "run_node":
+        node, inputs, opset, attributes = _node(op, args, kwargs)
+        snapshots = [_snapshot(v) for v in inputs]
+        try:
+            result = poolfold.backend.run_node(node, inputs, opset_version=opset)
+        finally:
+            _check_untouched(inputs, snapshots)
+        result = tuple(result)
+        result = result if len(node.output) > 1 else result[0]
+        kwargs = dict(attributes, opset=opset)
+        if op.endswith("max_pool"):
+            kwargs["return_indices"] = len(node.output) > 1
+            args = [args[0], kwargs.pop("kernel_shape", None)]
+        elif op.endswith("max_unpool"):
+            kwargs["output_shape"] = inputs[2] if len(inputs) > 2 else None
+            args = [args[0], args[1], kwargs.pop("kernel_shape", None)]
+        return result, args, kwargs
+    snapshots = [_snapshot(v) for v in args] + [_snapshot(v) for v in kwargs.values()]
+    try:
+        result = FUNCTIONS[op](*args, **kwargs)
+    finally:
+        _check_untouched(list(args) + list(kwargs.values()), snapshots)
+    return result, args, kwargs
+
+
+def _check_untouched(values, snapshots):
+    for value, snap in zip(values, snapshots):
+        if snap is None:
+            continue
+        copy, writeable = snap
+        if value.flags.writeable != writeable:
+            raise Failure("an input's writeable flag changed")
+        if value.dtype.kind == "O":
+            same = value.tolist() == copy.tolist()
+        else:
+            same = value.tobytes() == copy.tobytes()
+        if not same:
+            raise Failure("an input was modified")
+
+
+def _oracle_input(x):
+    """The oracle checks types with ``==`` and reads element by element: give it the values
+    in native byte order, C order (the array poolfold got is left as it was)."""
+    return np.ascontiguousarray(_native(np.asarray(x)))
+
+
+def _cost(shape, kernel) -> int:
+    try:
+        return math.prod(shape) * math.prod(int(k) for k in kernel)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _empty_axis_geometry(shape, kernel, kwargs):
+    """The output shape over spatial dims some of which are 0, from docs/semantics.md's
+    formulas (the oracle asserts every spatial dim >= 1); None when no window fits.  Every
+    window of such an input is empty."""
+    rank = len(shape) - 2
+    kernel = [int(v) for v in kernel]
+    def given(name, default):
+        value = kwargs.get(name)
+        return [int(v) for v in (default if value is None else value)]
+
+    strides = given("strides", [1] * rank)
+    dilations = given("dilations", [1] * rank)
+    pads = given("pads", [0] * 2 * rank)
+    auto_pad, ceil_mode = kwargs.get("auto_pad", "NOTSET"), bool(kwargs.get("ceil_mode", 0))
+    outs = []
+    for a in range(rank):
+        n, k, s, d, pb, pe = shape[2 + a], kernel[a], strides[a], dilations[a], pads[a], \
+            pads[rank + a]
+        span = (k - 1) * d + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out = -(-n // s)
+        elif auto_pad == "VALID":
+            out = (n - span) // s + 1
+        elif ceil_mode:
+            out = -(-(n + pb + pe - span) // s) + 1
+            out -= (out - 1) * s >= n + pb
+        else:
+            out = (n + pb + pe - span) // s + 1
+        if out < 1:
+            return None
+        outs.append(out)
+    return tuple(shape[:2]) + tuple(outs)
+
+
+def _relu(y):
+    return np.where(y < 0, np.zeros((), y.dtype), y)
+
+
+def _expected(op, args, kwargs, result):
+    """What the oracle returns for the call that gave ``result`` (None when too costly)."""
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("opset",)}
+    if op == "max_pool_shape":
+        shape, kernel = args
+        shape = [int(v) for v in shape]
+        if 0 in shape[2:]:
+            expected = _empty_axis_geometry(shape, kernel, kwargs)
+            if expected is None:
+                raise Failure("returned a shape where no window fits")
+            return expected
+        geometry = oracle.max_pool_geometry(
+            shape[2:], [int(v) for v in kernel], kwargs.get("strides"), kwargs.get("pads"),
+            kwargs.get("dilations"), kwargs.get("auto_pad", "NOTSET"),
+            kwargs.get("ceil_mode", False))
+        if geometry is None:
+            raise Failure("returned a shape where no window fits")
+        return tuple(shape[:2]) + geometry[0]
+    x = _oracle_input(args[0])
+    if op in ("max_pool", "nhwc.max_pool"):
+        return_indices = kwargs.pop("return_indices", False)
+        activation = kwargs.pop("activation", None)
+        kwargs.pop("activation_params", None)
+        y_shape = np.shape(result[0] if return_indices else result)
+        if _cost(y_shape, args[1]) > ORACLE_BUDGET or x.size > ORACLE_BUDGET:
+            return None
+        channels_last = op.startswith("nhwc.")
+        if channels_last:
+            x = np.ascontiguousarray(np.moveaxis(x, -1, 1))
+        if x.ndim >= 3 and 0 in x.shape[2:]:
+            shape = _empty_axis_geometry(x.shape, args[1], kwargs)
+            if shape is None:
+                raise Failure("returned a value where no window fits")
+            lowest = -np.inf if x.dtype.kind == "f" or x.dtype.name == "bfloat16" \
+                else np.iinfo(x.dtype).min
+            y, indices = np.full(shape, lowest, x.dtype), np.full(shape, -1, np.int64)
+        else:
+            y, indices = oracle.max_pool(x, args[1], **kwargs)
+        if channels_last:
+            y = np.moveaxis(y, 1, -1)
+        if activation == "Relu":
+            y = _relu(y)
+        return (y, indices) if return_indices else y
+    if op in ("max_unpool", "nhwc.max_unpool"):
+        activation = kwargs.pop("activation", None)
+        kwargs.pop("activation_params", None)
+        kwargs.pop("inferred_shape_indices", None)
+        if x.size > ORACLE_BUDGET or np.size(result) > 10 * ORACLE_BUDGET:
+            return None
+        channels_last = op.startswith("nhwc.")
+        if channels_last:
+            x = np.ascontiguousarray(np.moveaxis(x, -1, 1))
+        output_shape = kwargs.pop("output_shape", None)
+        y = oracle.max_unpool(x, np.asarray(args[1]), args[2], output_shape=output_shape,
+                              **kwargs)
+        if channels_last:
+            y = np.moveaxis(y, 1, -1)
+        return _relu(y) if activation == "Relu" else y
+    # Col2Im
+    if _cost(x.shape, args[2]) > ORACLE_BUDGET:
+        return None
+    return oracle.col2im(x, args[1], args[2], **kwargs)
+
+
+def judge(spec) -> tuple[str, str]:
+    """("value" | "error" | "unchecked" | "fail", detail) for one case.  "unchecked" is a
+    returned value too large for the oracle; "error" details say whether the oracle would
+    have computed a value (an input poolfold refuses but the oracle does not)."""
+    op = spec["op"]
+    op_type = cases.OP_TYPES[op]
+    try:
+        result, args, kwargs = _call(spec)
+    except Failure as failure:
+        return "fail", str(failure)
+    except (PoolfoldError, PoolfoldTypeError) as error:
+        if op_type not in str(error):
+            return "fail", f"{type(error).__name__} does not name {op_type}: {error}"
+        return "error", f"{type(error).__name__}: {error}"
+    except Exception as error:  # noqa: BLE001 - any other exception is the defect sought
+        return "fail", f"{type(error).__name__}: {error}"
+    try:
+        expected = _expected(op, args, kwargs, result)
+    except Failure as failure:
+        return "fail", str(failure)
+    except Exception as error:  # noqa: BLE001
+        return "fail", f"accepted a call the oracle refuses ({type(error).__name__}: {error})"
+    if expected is None:
+        return "unchecked", ""
+    try:
+        if op == "max_pool_shape":
+            if tuple(result) != tuple(expected) or not all(type(v) is int for v in result):
+                raise Failure(f"shape {result}, oracle {expected}")
+        elif isinstance(expected, tuple):
+            if not isinstance(result, tuple) or len(result) != 2:
+                raise Failure(f"returned {type(result).__name__}, expected (Y, Indices)")
+            _same(result[0], expected[0], "Y")
+            _same(result[1], expected[1], "Indices")
+        else:
+            if not isinstance(result, np.ndarray):
+                raise Failure(f"returned {type(result).__name__}, expected an array")
+            _same(result, expected, "output")
+    except Failure as failure:
+        return "fail", str(failure)
+    return "value", ""
