@@ -160,7 +160,8 @@ class _PoolfoldStep:
             raise PoolfoldError(f"{partition.describe(node)}: the model imports no opset for "
                                 f"domain {domain or 'ai.onnx'!r}")
         self._run = nodes.bind(domain, node.op_type, opset, nodes.attributes_of(node),
-                               node.output, inferred_shape_indices)
+                               node.output, inferred_shape_indices,
+                               input_count=len(node.input))
         self._inputs = list(node.input)
         self._outputs = list(node.output)  # "" for an omitted output, which is not kept
         self.reads = [name for name in node.input if name]

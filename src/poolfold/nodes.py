@@ -48,13 +48,16 @@ def run(domain: str, op_type: str, opset: int, attributes: dict, inputs: Sequenc
     """Run one node of poolfold's ops: ``opset`` is the model's import for ``domain``;
     ``outputs`` the node's output names ("" for an omitted optional output);
     ``inferred_shape_indices`` is MaxUnpool's option of that name."""
-    return bind(domain, op_type, opset, attributes, outputs, inferred_shape_indices)(inputs)
+    return bind(domain, op_type, opset, attributes, outputs, inferred_shape_indices,
+                input_count=len(inputs))(inputs)
 
 
 def bind(domain: str, op_type: str, opset: int, attributes: dict, outputs: Sequence[str],
-         inferred_shape_indices: bool = False) -> Callable[[Sequence], list[np.ndarray]]:
-    """:func:`run` in two halves: the node's version and attributes are checked now, and the
-    function returned takes the inputs (a prepared model checks once, runs many times)."""
+         inferred_shape_indices: bool = False, *, input_count: int
+         ) -> Callable[[Sequence], list[np.ndarray]]:
+    """:func:`run` in two halves: the node's version, attributes and number of inputs are
+    checked now, and the function returned takes the inputs (a prepared model checks once,
+    runs many times)."""
     spec = schema.resolve(op_type, opset, domain)
     for name in attributes:
         if name not in spec.attributes:
@@ -65,9 +68,9 @@ def bind(domain: str, op_type: str, opset: int, attributes: dict, outputs: Seque
         if attribute.required and attribute.name not in attributes:
             raise PoolfoldError(f"{spec.label}: required attribute '{attribute.name}' is missing")
     most = _MOST_INPUTS[op_type]
-    if len(inputs) > most:
+    if input_count > most:
         raise PoolfoldError(
-            f"{spec.label}: the node has {len(inputs)} inputs; this op takes at most {most}"
+            f"{spec.label}: the node has {input_count} inputs; this op takes at most {most}"
         )
     wanted = [bool(name) for name in outputs]
     function = _FUNCTIONS[(domain, op_type)]

@@ -74,8 +74,8 @@ class _CompileNotices(event.Listener):
     """A numba compile-event listener: one line per poolfold kernel that numba compiles
     (a cache miss) rather than loads from its cache, for the outermost kernel only."""
 
-    def __init__(self, write):
-        self._write = write
+    def __init__(self):
+        self.stream = None  # None: whatever sys.stderr is when a line is written
         self._depth = threading.local()
 
     def on_start(self, ev):
@@ -88,14 +88,29 @@ class _CompileNotices(event.Listener):
                         f"{', '.join(types)} data: once, numba caches it for later runs")
 
     def on_end(self, ev):
-        self._depth.value -= 1
+        # A compile already under way when the listener was registered ends unseen.
+        self._depth.value = max(0, getattr(self._depth, "value", 0) - 1)
+
+    def _write(self, line: str) -> None:
+        try:
+            print(line, file=self.stream if self.stream is not None else sys.stderr, flush=True)
+        except (OSError, ValueError):  # a closed or broken stream must not fail the compile
+            pass
+
+
+_NOTICES: _CompileNotices | None = None
 
 
 def announce_compiles(stream=None) -> None:
-    """From now on, say on ``stream`` (default stderr) whenever a kernel is being compiled."""
-    target = stream if stream is not None else sys.stderr
-    event.register("numba:compile", _CompileNotices(lambda line: print(line, file=target,
-                                                                       flush=True)))
+    """From now on, say on ``stream`` (default: the current stderr) whenever a kernel is being
+    compiled.  Calling it again only changes the stream: one line per compile, however often
+    it is called."""
+    global _NOTICES
+    with _POOL_LOCK:
+        if _NOTICES is None:
+            _NOTICES = _CompileNotices()
+            event.register("numba:compile", _NOTICES)
+        _NOTICES.stream = stream
 
 
 def launch(kernel, *args):
