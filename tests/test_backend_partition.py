@@ -423,7 +423,7 @@ def test_value_nobody_gives_is_an_error_at_prepare():
 # ------------------------------------------------------------------------- the benchmark
 
 def test_bench_models_rows_and_table():
-    from poolfold import backend_bench
+    from poolfold.bench import models as backend_bench
 
     rows = backend_bench.run(repeat=2, warmup=1, reference=False)
     by = {(r.model, r.implementation.split(" ")[0]): r for r in rows}
@@ -440,7 +440,7 @@ def test_bench_models_rows_and_table():
 
 
 def test_pool4d_model_against_the_oracle():
-    from poolfold import backend_bench
+    from poolfold.bench import models as backend_bench
 
     model, feeds = backend_bench.pool4d_model()
     rep = poolfold.backend.prepare(model)

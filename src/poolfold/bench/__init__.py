@@ -13,7 +13,7 @@ Layout (nothing here imports :mod:`poolfold.cli`; the command imports this packa
 Adding a benchmark is a module plus a flag: a module with ``measure(args) -> dict`` (or list;
 anything JSON can hold; it may draw its own bar with :func:`poolfold.console.progress`) and
 ``summary(result) -> str``, and one :class:`Section` line in :data:`SECTIONS`, as the
-``models`` (:mod:`poolfold.backend_bench`) and ``dask`` (:mod:`poolfold.dask.bench`) lines.
+``models`` (:mod:`poolfold.bench.models`) and ``dask`` (:mod:`poolfold.dask.bench`) lines.
 The flag (``--dask``) runs it after the timing table (``--no-timing`` skips that); its
 result goes into the JSON under the section's name.  ``args`` holds every option of the
 command, ``args.workloads`` the chosen workload keys.  The module is imported only when its
@@ -69,7 +69,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("startup", "poolfold.bench.startup",
             "also measure start-up: first calls with an empty numba cache (float32 ops), "
             "the warm-cache cold start and the Quickstart's `poolfold run` (minutes)"),
-    Section("models", "poolfold.backend_bench",
+    Section("models", "poolfold.bench.models",
             "also time whole models through poolfold.backend against onnxruntime alone"),
     Section("dask", "poolfold.dask.bench",
             "also time poolfold.dask: in-memory comparison and an out-of-core zarr run "

@@ -8,7 +8,7 @@ onnxruntime runs at its default session options; ``poolfold.backend`` at its def
 other nodes on onnxruntime), and, unless ``reference=False``, with ``other_ops="reference"``
 (every other node on onnx's ReferenceEvaluator) for comparison.
 
->>> from poolfold import backend_bench
+>>> from poolfold.bench import models as backend_bench
 >>> print(backend_bench.format_rows(backend_bench.run()))      # doctest: +SKIP
 """
 
@@ -33,8 +33,8 @@ class Row:
 
 
 def bundled_model() -> tuple[onnx.ModelProto, dict]:
-    from .models import path
-    from .models.segnet import INPUT_SHAPE
+    from ..models import path
+    from ..models.segnet import INPUT_SHAPE
 
     image = np.random.default_rng(0).standard_normal(INPUT_SHAPE).astype(np.float32)
     return onnx.load(str(path())), {"image": image}
@@ -92,7 +92,7 @@ def _first_line(error: BaseException, limit: int = 100) -> str:
 
 def run(repeat: int = 30, warmup: int = 5, reference: bool = True) -> list[Row]:
     """Time every model of :data:`MODELS` (see the module's docstring); rows in table order."""
-    from . import backend
+    from .. import backend
 
     rows = []
     for name, build in MODELS.items():
