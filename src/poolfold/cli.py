@@ -118,8 +118,9 @@ def _summary(value: np.ndarray) -> str:
 def command_run(args) -> int:
     import onnx
 
-    from . import backend, models
+    from . import backend, kernels, models
 
+    kernels.announce_compiles()  # a first run compiles for seconds: say so, not sit silent
     path = args.model or str(models.path())
     if not os.path.exists(path):
         raise UsageError(f"model file not found: {path}")

@@ -1,27 +1,36 @@
 """numba kernels: plain loops over planes, one module per kind of work. They never validate.
 
-Every call goes through :func:`launch`, which sets the thread count and serialises launches:
-numba's default threading layer (workqueue) aborts the process when two Python threads run
-parallel kernels at once, and each kernel already uses every thread it is given.
+Kernels are serial and compiled with ``nogil=True``.  A kernel that works on many planes (or
+elements) takes a ``[start, stop)`` range of them as its last two arguments, and
+:func:`launch_split` runs it over one contiguous part per thread, from a pool of Python
+threads: numba releases the GIL inside such kernels, so the parts run in parallel.  Serial
+kernels compile several times faster than ``parallel=True`` ones (numba's parfors passes and
+the outlined loop body cost most of a first call), and the pool needs no numba threading
+layer, whose default (workqueue) aborts the process when two Python threads run parallel
+kernels at once.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
+from numba.core import event
 
-_LAUNCH = threading.Lock()
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
 
 
 def kernel_threads() -> int:
-    """``POOLFOLD_NUM_THREADS`` if set (capped at numba's pool size), else numba's setting."""
+    """``POOLFOLD_NUM_THREADS`` if set (capped at numba's thread count), else numba's setting."""
     available = numba.config.NUMBA_NUM_THREADS
     value = os.environ.get("POOLFOLD_NUM_THREADS")
     if not value:
-        return numba.get_num_threads()
+        return _numba_threads()
     try:
         wanted = int(value)
     except ValueError:
@@ -29,16 +38,83 @@ def kernel_threads() -> int:
     if wanted < 1:
         warnings.warn(f"POOLFOLD_NUM_THREADS={value!r} is not a positive integer; ignored",
                       RuntimeWarning, stacklevel=3)
-        return numba.get_num_threads()
+        return _numba_threads()
     return min(wanted, available)
 
 
+def _numba_threads() -> int:
+    """numba's thread count: what ``numba.set_num_threads`` set, if anything started numba's
+    threading layer (asking would start it, a cost poolfold's kernels do not need)."""
+    from numba.np.ufunc import parallel
+
+    if parallel._is_initialized:
+        return numba.get_num_threads()
+    return numba.config.NUMBA_NUM_THREADS
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max(1, numba.config.NUMBA_NUM_THREADS - 1),
+                                       thread_name_prefix="poolfold")
+        return _POOL
+
+
+def _forget_pool() -> None:  # a forked child has none of the parent's threads
+    global _POOL
+    _POOL = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+class _CompileNotices(event.Listener):
+    """A numba compile-event listener: one line per poolfold kernel that numba compiles
+    (a cache miss) rather than loads from its cache, for the outermost kernel only."""
+
+    def __init__(self, write):
+        self._write = write
+        self._depth = threading.local()
+
+    def on_start(self, ev):
+        depth = getattr(self._depth, "value", 0)
+        self._depth.value = depth + 1
+        function = ev.data["dispatcher"].py_func
+        if depth == 0 and function.__module__.startswith(__name__):
+            types = [str(getattr(t, "dtype", t)) for t in ev.data["args"][:1]]
+            self._write(f"poolfold: compiling the {function.__name__} kernel for "
+                        f"{', '.join(types)} data: once, numba caches it for later runs")
+
+    def on_end(self, ev):
+        self._depth.value -= 1
+
+
+def announce_compiles(stream=None) -> None:
+    """From now on, say on ``stream`` (default stderr) whenever a kernel is being compiled."""
+    target = stream if stream is not None else sys.stderr
+    event.register("numba:compile", _CompileNotices(lambda line: print(line, file=target,
+                                                                       flush=True)))
+
+
 def launch(kernel, *args):
-    """Run ``kernel(*args)`` with poolfold's thread count, one launch at a time."""
-    with _LAUNCH:
-        previous = numba.get_num_threads()
-        numba.set_num_threads(kernel_threads())
-        try:
-            return kernel(*args)
-        finally:
-            numba.set_num_threads(previous)
+    """Run the serial ``kernel(*args)`` in the calling thread."""
+    return kernel(*args)
+
+
+def launch_split(kernel, count: int, *args) -> None:
+    """Run ``kernel(*args, start, stop)`` over ``[0, count)`` in contiguous parts, one per
+    thread (poolfold's thread count), the calling thread taking the first part."""
+    parts = max(1, min(count, kernel_threads()))
+    bounds = [count * i // parts for i in range(parts + 1)]
+    if parts == 1:
+        kernel(*args, 0, count)
+        return
+    futures = [_pool().submit(kernel, *args, bounds[i], bounds[i + 1])
+               for i in range(1, parts)]
+    try:
+        kernel(*args, bounds[0], bounds[1])
+    finally:
+        for future in futures:
+            future.result()

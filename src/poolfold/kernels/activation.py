@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import overload
 
 IDENTITY, RELU, TANH, SIGMOID, LEAKY_RELU, CLIP, HARD_SIGMOID = range(7)
@@ -60,18 +60,18 @@ def _activate(v, code, params, table):
     return lambda v, code, params, table: v  # integers take no activation (refused earlier)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def formula_over(values, code, params):
     """:func:`formula` over a float64 array (builds the float16 table)."""
     out = np.empty_like(values)
-    for i in prange(values.size):
+    for i in range(values.size):
         out[i] = formula(values[i], code, params)
     return out
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def activate_in_place(values, code, params, table):
-    """:func:`activate` over a flat array (uint16 bits for half types), where a kernel could
-    not apply it as it stored."""
-    for i in prange(values.size):
+@njit(cache=True, nogil=True)
+def activate_in_place(values, code, params, table, start, stop):
+    """:func:`activate` over ``values[start:stop]`` of a flat array (uint16 bits for half
+    types), where a kernel could not apply it as it stored."""
+    for i in range(start, stop):
         values[i] = activate(values[i], code, params, table)

@@ -10,23 +10,24 @@ MaxPool on the NCHW tensor would: shape ``(N, C, out...)``, values ``(n * C + c)
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .window_max import reported_index
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def nchw_indices(recorded, reported, in_shape, column_major):
+@njit(cache=True, nogil=True)
+def nchw_indices(recorded, reported, in_shape, column_major, start, stop):
     """recorded : (N, Q, C) int64, positions in the channels-last planes (-1 for none);
     reported : (N, C, Q) int64, filled with the NCHW positions (row-major or, with
-    ``column_major``, first-axis-fastest spatial order), -1 kept."""
+    ``column_major``, first-axis-fastest spatial order), -1 kept; for the planes
+    ``n*C + c`` in ``[start, stop)``."""
     batch, outputs, channels = recorded.shape
     rank = in_shape.size
     in_strides = np.ones(rank, np.int64)
     for a in range(rank - 2, -1, -1):
         in_strides[a] = in_strides[a + 1] * in_shape[a + 1]
     spatial = in_strides[0] * in_shape[0] if rank else 1
-    for task in prange(batch * channels):
+    for task in range(start, stop):
         n = task // channels
         c = task % channels
         base = (n * channels + c) * spatial

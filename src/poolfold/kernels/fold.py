@@ -8,7 +8,7 @@ must concatenate in block order, take a numpy path of their own).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import overload
 
 from .half import HALF_BITS, as_float32
@@ -59,9 +59,11 @@ def _add_run_kept(acc, values, column, kept, identity):
         add_into(acc, i, v if column[i] < kept else identity)
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations, identity):
-    """``out[p, position(l, k)] += x[p, k, l]`` for every in-image tap; ``out`` is overwritten.
+@njit(cache=True, nogil=True)
+def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations, identity,
+         start, stop):
+    """``out[p, position(l, k)] += x[p, k, l]`` for every in-image tap of the planes p in
+    ``[start, stop)``; ``out`` is overwritten there.
 
     x : (planes, K, L);  out : (planes, prod(image_shape)), the accumulator type
     x holds the bits of half types (see :mod:`poolfold.kernels.half`); out is float32 then
@@ -107,9 +109,10 @@ def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations,
     column = np.empty(grid_shape[last - 1] * row_blocks if rows_join else 0, np.int16)
     for j in range(column.size):
         column[j] = j % row_blocks
-    for p in prange(planes):
+    for p in range(start, stop):
         acc = out[p]
-        acc[:] = 0
+        for i in range(acc.size):
+            acc[i] = 0
         xp = x[p]
         k_at = np.zeros(rank, np.int64)  # block offset of row k of xp
         g = np.zeros(rank, np.int64)  # grid coordinate, outer axes

@@ -14,22 +14,23 @@ back to a full range check and one ordered pass over the whole tensor.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .activation import activate
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def scatter_planes(x, indices, y, fill, act_code, act_params, act_table):
-    """Per plane (n, c): ``y[n, c] = fill``, then ``y[n, c, s] = activation(x[n, c, i])`` where
-    ``indices[n, c, i]`` is the flat position of (n, c, s), in order of i.
+@njit(cache=True, nogil=True)
+def scatter_planes(x, indices, y, fill, act_code, act_params, act_table, foreign, start, stop):
+    """Per plane (n, c) numbered ``p = n*C + c`` in ``[start, stop)``: ``y[n, c] = fill``, then
+    ``y[n, c, s] = activation(x[n, c, i])`` where ``indices[n, c, i]`` is the flat position of
+    (n, c, s), in order of i.
 
-    Returns, per plane ``n*C + c``, the first i whose index lies outside the plane's own slice
-    (the plane stops there), or -1."""
+    ``foreign[p]`` gets the first i whose index lies outside the plane's own slice (the plane
+    stops there), or -1."""
     batch, channels, size = x.shape
     plane_out = y.shape[2]
-    foreign = np.full(batch * channels, -1, np.int64)
-    for p in prange(batch * channels):
+    for p in range(start, stop):
+        foreign[p] = -1
         n = p // channels
         c = p % channels
         yp = y[n, c]
@@ -42,7 +43,6 @@ def scatter_planes(x, indices, y, fill, act_code, act_params, act_table):
                 foreign[p] = i
                 break
             yp[target] = activate(x[n, c, i], act_code, act_params, act_table)
-    return foreign
 
 
 @njit(cache=True, nogil=True)

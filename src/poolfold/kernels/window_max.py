@@ -11,7 +11,8 @@ The kernels do not validate; the op layer has checked every shape and table befo
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, types
+from numba.extending import overload
 
 from .odometer import next_in_ranges, next_in_shape
 from .ordering import is_nan, order_key
@@ -102,13 +103,13 @@ def reported_index(offset, column_major, in_shape, in_strides):
     return index
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, kernel,
-               dilations, column_major, empty_value):
-    """Fill ``y[p, q]`` (and ``indices[p, q]`` when ``want_indices``) for every plane ``p``
-    and flat output position ``q``.
+@njit(cache=True, nogil=True)
+def window_max(x, y, indices, first, lo, hi, in_shape, out_shape, kernel, dilations,
+               column_major, empty_value, start, stop):
+    """Fill ``y[p, q]`` (and ``indices[p, q]`` unless ``indices`` is None) for every plane
+    ``p`` in ``[start, stop)`` and flat output position ``q``.
 
-    x, y, indices : (planes, S_in), (planes, S_out), (planes, S_out) int64
+    x, y, indices : (planes, S_in), (planes, S_out), (planes, S_out) int64 or None
     first, lo, hi : the tap table, (rank, max output size)
     in_shape, out_shape, kernel, dilations : (rank,) int64
     column_major : report indices first-axis-fastest (storage_order 1) instead of row-major
@@ -147,7 +148,7 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
                 inner_lo = ol
             inner_hi = ol + 1
     step_last = first[last, 1] - first[last, 0] if out_last > 1 else 0
-    for p in prange(planes):
+    for p in range(start, stop):
         xp = x[p]
         yp = y[p]
         o = np.zeros(rank, np.int64)  # output coordinate
@@ -167,7 +168,7 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
                     best = _max_inside(xp, origin, window_taps)
                     origin += step_last
                     yp[q0 + ol] = xp[best]
-                    if want_indices:
+                    if indices is not None:
                         indices[p, q0 + ol] = p * plane_size + reported_index(best, column_major,
                                                                        in_shape, in_strides)
                 border_lo, border_hi = inner_lo, inner_hi
@@ -180,14 +181,55 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
                 best = _max_on_border(xp, o, j, first, lo, hi, in_shape, dilations)
                 if best < 0:
                     yp[q0 + ol] = empty_value
-                    if want_indices:
+                    if indices is not None:
                         indices[p, q0 + ol] = -1
                 else:
                     yp[q0 + ol] = xp[best]
-                    if want_indices:
+                    if indices is not None:
                         indices[p, q0 + ol] = p * plane_size + reported_index(best, column_major,
                                                                        in_shape, in_strides)
             next_in_shape(o, out_shape, last)  # next row of outputs
+
+
+# Index arrays are None when the call wants no Indices: numba compiles a kernel for each type
+# of its arguments and drops the branches an ``is None`` test on an argument rules out, so a
+# call without Indices compiles none of the index-keeping code.  Scratch for positions goes
+# through the functions below, which keep None as None.
+
+def _rows_of(a, i):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+def _part_of(a, lo, hi):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+def _positions_like(indices, rows, capacity):  # pragma: no cover - replaced inside numba
+    raise NotImplementedError
+
+
+@overload(_rows_of)
+def _rows_of_overload(a, i):
+    """``a[i]``, or None for a None ``a``."""
+    if isinstance(a, types.NoneType):
+        return lambda a, i: None
+    return lambda a, i: a[i]
+
+
+@overload(_part_of)
+def _part_of_overload(a, lo, hi):
+    """``a[lo:hi]``, or None for a None ``a``."""
+    if isinstance(a, types.NoneType):
+        return lambda a, lo, hi: None
+    return lambda a, lo, hi: a[lo:hi]
+
+
+@overload(_positions_like)
+def _positions_like_overload(indices, rows, capacity):
+    """Scratch for ``rows`` x ``capacity`` positions, or None when ``indices`` is None."""
+    if isinstance(indices, types.NoneType):
+        return lambda indices, rows, capacity: None
+    return lambda indices, rows, capacity: np.empty((rows, capacity), np.int64)
 
 
 # Constant arguments are passed as ``np.int64(c)``: numba compiles a helper once more for each
@@ -197,6 +239,14 @@ def window_max(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape, 
 # plane with no branches, indexing views that were sliced to line up beforehand, which LLVM
 # vectorises (about 0.1 ns per element).  Indexing ``src[i + shift]`` with a run-time shift
 # instead, or folding the variants into one loop with mode flags, keeps it scalar: 8x slower.
+
+@njit(cache=True, nogil=True)
+def _copy(src, dst):
+    """``dst[i] = src[i]``: a loop, not ``dst[:] = src``, whose shape check compiles numba's
+    error formatting into the kernel (seconds of first-call compile time)."""
+    for i in range(dst.size):
+        dst[i] = src[i]
+
 
 @njit(cache=True, nogil=True)
 def _beats(v, held):
@@ -415,16 +465,16 @@ def _keep_first_max_halves_at(a, a_shift, held, held_index, position):
 
 
 @njit(cache=True, nogil=True)
-def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, want_indices,
-                    record):
+def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, record):
     """``dst[:count]`` = the first maximum (first NaN) of ``src[start + t*step:][:count]``
-    over taps t in order; with ``want_indices`` their positions too, recorded as ``record``
-    plus the offset in ``src`` (``record`` >= 0) or carried along from ``src_index``."""
+    over taps t in order; unless ``dst_index`` is None their positions too, recorded as
+    ``record`` plus the offset in ``src`` (``record`` >= 0) or carried along from
+    ``src_index``."""
     held = dst[:count]
     first_tap = src[start:start + count]
-    if not want_indices:
+    if dst_index is None:
         if taps == 1:
-            held[:] = first_tap
+            _copy(first_tap, held)
         elif taps == 3:
             _first_max_of_three(first_tap, src[start + step:start + step + count],
                                 src[start + 2 * step:start + 2 * step + count], held)
@@ -436,12 +486,12 @@ def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, wa
         return
     held_index = dst_index[:count]
     if taps == 1:
-        held[:] = first_tap
+        _copy(first_tap, held)
         if record >= 0:
             for i in range(count):
                 held_index[i] = record + start + i
         else:
-            held_index[:] = src_index[start:start + count]
+            _copy(src_index[start:start + count], held_index)
         return
     second = start + step
     third = second + step
@@ -474,7 +524,7 @@ def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, wa
 
 @njit(cache=True, nogil=True)
 def _cut_windows_by_rows(src, src_index, dst, dst_index, rows, src_pitch, dst_pitch, at, to,
-                         step, taps, want_indices, record):
+                         step, taps, record):
     """Along the last axis, one padding-cut window per row: ``dst[r*dst_pitch + to]`` gets the
     first maximum (first NaN) of ``src[r*src_pitch + at + t*step]`` over taps t, for every
     row r; positions recorded as ``record`` plus the offset (``record`` >= 0) or carried from
@@ -485,7 +535,7 @@ def _cut_windows_by_rows(src, src_index, dst, dst_index, rows, src_pitch, dst_pi
     for r in range(rows):
         i = r * src_pitch + at
         dst[r * dst_pitch + to] = src[i]
-        if want_indices:
+        if dst_index is not None:
             dst_index[r * dst_pitch + to] = record + i if record >= 0 else src_index[i]
     for t in range(1, taps):
         for r in range(rows):
@@ -494,7 +544,7 @@ def _cut_windows_by_rows(src, src_index, dst, dst_index, rows, src_pitch, dst_pi
             h = dst[r * dst_pitch + to]
             take = _beats(v, h)
             dst[r * dst_pitch + to] = v if take else h
-            if want_indices:
+            if dst_index is not None:
                 h_index = dst_index[r * dst_pitch + to]
                 v_index = record + i if record >= 0 else src_index[i]
                 dst_index[r * dst_pitch + to] = v_index if take else h_index
@@ -502,7 +552,7 @@ def _cut_windows_by_rows(src, src_index, dst, dst_index, rows, src_pitch, dst_pi
 
 @njit(cache=True, nogil=True)
 def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, extent, kernel,
-               dilations, starts, slot, cut, cut_count, want_indices, record):
+               dilations, starts, slot, cut, cut_count, record):
     """One separable pass along axis ``a`` of a staged slab of ``size`` elements, laid out as
     blocks of ``extent`` rows of ``inner`` elements, the same layout in ``src`` and ``dst``.
 
@@ -514,22 +564,21 @@ def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, ex
     step = dilations[a] * inner
     if starts[a] > 0:
         _first_max_rows(src, src_index, dst, dst_index, np.int64(0), step, kernel[a],
-                        size - (kernel[a] - 1) * step, want_indices, record)
+                        size - (kernel[a] - 1) * step, record)
     if inner == 1:  # the last axis
         for c in range(cut_count[a]):
             o = cut[a, c]
             _cut_windows_by_rows(src, src_index, dst, dst_index, size // extent, extent, extent,
                                  first[a, o] + lo[a, o] * dilations[a], slot[a, o], step,
-                                 hi[a, o] - lo[a, o], want_indices, record)
+                                 hi[a, o] - lo[a, o], record)
         return
     for u in range(size // (extent * inner)):
         for c in range(cut_count[a]):
             o = cut[a, c]
             at = (u * extent + first[a, o] + lo[a, o] * dilations[a]) * inner
             to = (u * extent + slot[a, o]) * inner
-            _first_max_rows(src, src_index, dst[to:to + inner],
-                            dst_index[to:to + inner] if want_indices else dst_index, at, step,
-                            hi[a, o] - lo[a, o], inner, want_indices, record)
+            _first_max_rows(src, src_index, dst[to:to + inner], _part_of(dst_index, to, to + inner),
+                            at, step, hi[a, o] - lo[a, o], inner, record)
 
 
 @njit(cache=True, nogil=True)
@@ -543,7 +592,7 @@ def _tap_words(words, i_lo, count, e, bits):
 
 @njit(cache=True, nogil=True)
 def _pairs_pass(src, words, dst, dst_index, size, extent, first, lo, hi, kernel, cut,
-                cut_count, want_indices, record):
+                cut_count, record):
     """The last axis at stride 2 and dilation 1, of even ``extent``: output o of row r goes to
     ``dst[r*extent/2 + o]``, so the pass halves the slab (``size`` elements of ``src``, seen
     as ``size/2`` pairs in ``words``).
@@ -563,30 +612,30 @@ def _pairs_pass(src, words, dst, dst_index, size, extent, first, lo, hi, kernel,
     count = i_hi - i_lo
     if count > 0:
         held = dst[i_lo:i_hi]
-        held_index = dst_index[i_lo:i_hi] if want_indices else dst_index
+        held_index = _part_of(dst_index, i_lo, i_hi)
         base = record + 2 * i_lo + offset  # the position of held[0]'s first tap
         a, a_shift = _tap_words(words, i_lo, count, offset, bits)
         if k == 1:
-            if want_indices:
+            if dst_index is not None:
                 _copy_halves_at(a, a_shift, held, held_index, base)
             else:
                 _copy_halves(a, a_shift, held)
         else:
             b, b_shift = _tap_words(words, i_lo, count, offset + 1, bits)
-            if k == 2 and want_indices:
+            if k == 2 and dst_index is not None:
                 _first_max_of_two_halves_at(a, a_shift, b, b_shift, held, held_index, base)
             elif k == 2:
                 _first_max_of_two_halves(a, a_shift, b, b_shift, held)
             else:
                 c, c_shift = _tap_words(words, i_lo, count, offset + 2, bits)
-                if want_indices:
+                if dst_index is not None:
                     _first_max_of_three_halves_at(a, a_shift, b, b_shift, c, c_shift, held,
                                                   held_index, base)
                 else:
                     _first_max_of_three_halves(a, a_shift, b, b_shift, c, c_shift, held)
             for t in range(3, k):
                 a, a_shift = _tap_words(words, i_lo, count, offset + t, bits)
-                if want_indices:
+                if dst_index is not None:
                     _keep_first_max_halves_at(a, a_shift, held, held_index, base + t)
                 else:
                     _keep_first_max_halves(a, a_shift, held)
@@ -596,7 +645,15 @@ def _pairs_pass(src, words, dst, dst_index, size, extent, first, lo, hi, kernel,
         o = cut[last, c]
         _cut_windows_by_rows(src, dst_index, dst, dst_index, size // extent, extent,
                              extent // 2, first[last, o] + lo[last, o], o, np.int64(1),
-                             hi[last, o] - lo[last, o], want_indices, record)
+                             hi[last, o] - lo[last, o], record)
+
+
+@njit(cache=True, nogil=True)
+def _restart(o, o0):
+    """Set the output coordinate ``o`` to the start of the slab whose first row is ``o0``."""
+    for a in range(o.size):
+        o[a] = 0
+    o[0] = o0
 
 
 @njit(cache=True, nogil=True)
@@ -615,15 +672,14 @@ def _read_staged_row(dst, staged, row, slot_last, in_order):
             dst[ol] = staged[row + slot_last[ol]]
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, out_shape,
-                         kernel, dilations, column_major, empty_value, chunks,
-                         slab_rows, starts, slot, cut, cut_count, pairs, words):
+@njit(cache=True, nogil=True)
+def window_max_separable(x, y, indices, first, lo, hi, in_shape, out_shape, kernel, dilations,
+                         column_major, empty_value, slab_rows, starts, slot, cut, cut_count,
+                         pairs, words, start, stop):
     """The same contract as :func:`window_max`, computed by separable passes.
 
-    ``chunks`` is how many groups of planes are shared out among the threads (each group
-    allocates its scratch once); ``slab_rows`` how many outputs along the first axis are
-    computed per slab of the plane (it bounds the scratch, and keeps it in cache).
+    ``slab_rows`` is how many outputs along the first axis are computed per slab of the plane
+    (it bounds the scratch, and keeps it in cache); the scratch is allocated once per call.
 
     Reducing the last axis first, then the others towards the first, keeps row-major window
     order: each pass keeps the first maximum (first NaN) of its taps, so the result is the
@@ -674,105 +730,102 @@ def window_max_separable(x, y, indices, want_indices, first, lo, hi, in_shape, o
     out_inner = 1  # outputs per output row along the first axis
     for a in range(1, rank):
         out_inner *= out_shape[a]
-    for chunk in prange(chunks):
-        values = np.empty((2, capacity), x.dtype)
-        positions = np.empty((2, capacity if want_indices else 0), np.int64)
-        out_row = np.empty(slab_rows, np.int64)  # staged row of each output along axis 0
-        o = np.zeros(rank, np.int64)
-        for p in range(chunk * planes // chunks, (chunk + 1) * planes // chunks):
-            xp = x[p]
-            plane_offset = p * plane_size
-            for o0 in range(0, out_shape[0] if rank > 1 else 1, slab_rows):
-                o1 = min(o0 + slab_rows, out_shape[0])
-                # The slab: input rows [r_lo, r_hi) along the first axis hold all its taps.
-                r_lo = 0
-                size = plane_size
+    values = np.empty((2, capacity), x.dtype)
+    positions = _positions_like(indices, 2, capacity)
+    out_row = np.empty(slab_rows, np.int64)  # staged row of each output along axis 0
+    o = np.zeros(rank, np.int64)
+    for p in range(start, stop):
+        xp = x[p]
+        plane_offset = p * plane_size
+        for o0 in range(0, out_shape[0] if rank > 1 else 1, slab_rows):
+            o1 = min(o0 + slab_rows, out_shape[0])
+            # The slab: input rows [r_lo, r_hi) along the first axis hold all its taps.
+            r_lo = 0
+            size = plane_size
+            if rank > 1:
+                r_lo = min(max(first[0, o0], 0), in_shape[0])
+                r_hi = max(min(first[0, o1 - 1] + (kernel[0] - 1) * dilations[0] + 1,
+                               in_shape[0]), r_lo)
+                size = (r_hi - r_lo) * in_strides[0]
+            slab_at = r_lo * in_strides[0]
+            slab = xp[slab_at:slab_at + size]
+            if pairs:
+                _pairs_pass(slab, words[p, slab_at // 2:(slab_at + size) // 2], values[0],
+                            _rows_of(positions, 0), size, in_shape[last], first, lo, hi, kernel,
+                            cut, cut_count, plane_offset + slab_at)
+                size //= 2
+            else:
+                _axis_pass(slab, _rows_of(positions, 1), values[0], _rows_of(positions, 0), size,
+                           last, np.int64(1), first, lo, hi, in_shape[last], kernel, dilations,
+                           starts, slot, cut, cut_count, plane_offset + slab_at)
+            side = 0
+            for a in range(last - 1, 0, -1):
+                _axis_pass(values[side], _rows_of(positions, side), values[1 - side],
+                           _rows_of(positions, 1 - side), size, a, strides[a], first, lo, hi,
+                           in_shape[a], kernel, dilations, starts, slot, cut, cut_count,
+                           np.int64(-1))
+                side = 1 - side
+            if rank > 1:  # the first axis
+                src = values[side]
+                src_index = _rows_of(positions, side)
+                rows_in = r_hi - r_lo
+                spare = rows_in  # staged rows of the cut windows, in flat mode
+                joined = rows_in - (kernel[0] - 1) * dilations[0]
+                if flat_first and joined > 0:  # every window start of the slab at once
+                    _first_max_rows(src, src_index, values[1 - side],
+                                    _rows_of(positions, 1 - side), np.int64(0),
+                                    dilations[0] * inner0, kernel[0], joined * inner0,
+                                    np.int64(-1))
+                for oa in range(o0, o1):
+                    taps = hi[0, oa] - lo[0, oa]
+                    at = (first[0, oa] + lo[0, oa] * dilations[0] - r_lo) * inner0
+                    if taps <= 0:
+                        out_row[oa - o0] = 0
+                        continue  # only padding: patched below
+                    if not flat_first:
+                        out_row[oa - o0] = oa - o0
+                    elif taps == kernel[0]:
+                        out_row[oa - o0] = at // inner0
+                        continue  # done above
+                    else:
+                        out_row[oa - o0] = spare
+                        spare += 1
+                    to = out_row[oa - o0] * inner0
+                    _first_max_rows(src, src_index, values[1 - side, to:to + inner0],
+                                    _part_of(_rows_of(positions, 1 - side), to, to + inner0),
+                                    at, dilations[0] * inner0, taps, inner0, np.int64(-1))
+                side = 1 - side
+            # Every output of the slab reads its result.
+            staged = values[side]
+            staged_positions = _rows_of(positions, side)
+            slot_last = slot[last]
+            _restart(o, o0)
+            q0 = o0 * out_inner
+            out_rows = (o1 - o0) * out_inner // out_last if rank > 1 else 1
+            for r in range(out_rows):
+                row = 0
                 if rank > 1:
-                    r_lo = min(max(first[0, o0], 0), in_shape[0])
-                    r_hi = max(min(first[0, o1 - 1] + (kernel[0] - 1) * dilations[0] + 1,
-                                   in_shape[0]), r_lo)
-                    size = (r_hi - r_lo) * in_strides[0]
-                start = r_lo * in_strides[0]
-                slab = xp[start:start + size]
-                if pairs:
-                    _pairs_pass(slab, words[p, start // 2:(start + size) // 2], values[0],
-                                positions[0], size, in_shape[last], first, lo, hi, kernel, cut,
-                                cut_count, want_indices, plane_offset + start)
-                    size //= 2
-                else:
-                    _axis_pass(slab, positions[1], values[0], positions[0], size, last, np.int64(1),
-                               first, lo, hi, in_shape[last], kernel, dilations, starts, slot,
-                               cut, cut_count, want_indices, plane_offset + start)
-                side = 0
-                for a in range(last - 1, 0, -1):
-                    _axis_pass(values[side], positions[side], values[1 - side],
-                               positions[1 - side], size, a, strides[a], first, lo, hi,
-                               in_shape[a], kernel, dilations, starts, slot, cut, cut_count,
-                               want_indices, np.int64(-1))
-                    side = 1 - side
-                if rank > 1:  # the first axis
-                    src = values[side]
-                    src_index = positions[side]
-                    rows_in = r_hi - r_lo
-                    spare = rows_in  # staged rows of the cut windows, in flat mode
-                    joined = rows_in - (kernel[0] - 1) * dilations[0]
-                    if flat_first and joined > 0:  # every window start of the slab at once
-                        _first_max_rows(src, src_index, values[1 - side], positions[1 - side],
-                                        np.int64(0), dilations[0] * inner0, kernel[0],
-                                        joined * inner0, want_indices, np.int64(-1))
-                    for oa in range(o0, o1):
-                        taps = hi[0, oa] - lo[0, oa]
-                        at = (first[0, oa] + lo[0, oa] * dilations[0] - r_lo) * inner0
-                        if taps <= 0:
-                            out_row[oa - o0] = 0
-                            continue  # only padding: patched below
-                        if not flat_first:
-                            out_row[oa - o0] = oa - o0
-                        elif taps == kernel[0]:
-                            out_row[oa - o0] = at // inner0
-                            continue  # done above
-                        else:
-                            out_row[oa - o0] = spare
-                            spare += 1
-                        to = out_row[oa - o0] * inner0
-                        _first_max_rows(src, src_index, values[1 - side, to:to + inner0],
-                                        positions[1 - side, to:to + inner0] if want_indices
-                                        else positions[1 - side], at, dilations[0] * inner0,
-                                        taps, inner0, want_indices, np.int64(-1))
-                    side = 1 - side
-                # Every output of the slab reads its result.
-                staged = values[side]
-                staged_positions = positions[side]
-                slot_last = slot[last]
-                o[:] = 0
-                o[0] = o0
-                q0 = o0 * out_inner
-                out_rows = (o1 - o0) * out_inner // out_last if rank > 1 else 1
-                for r in range(out_rows):
-                    row = 0
-                    if rank > 1:
-                        row = out_row[o[0] - o0] * inner0
-                        for a in range(1, last):
-                            row += slot[a, o[a]] * strides[a]
-                    q = q0 + r * out_last
-                    _read_staged_row(y[p, q:q + out_last], staged, row, slot_last, pairs)
-                    if want_indices:
-                        _read_staged_row(indices[p, q:q + out_last], staged_positions, row,
-                                         slot_last, pairs)
-                    next_in_shape(o, out_shape, last)
-                # Rare cases: windows made only of padding, and column-major indices.
-                if has_empty or (want_indices and column_major):
-                    o[:] = 0
-                    o[0] = o0
-                    for q in range(q0, q0 + out_rows * out_last):
-                        empty = False
-                        for a in range(rank):
-                            empty |= lo[a, o[a]] >= hi[a, o[a]]
-                        if empty:
-                            y[p, q] = empty_value
-                            if want_indices:
-                                indices[p, q] = -1
-                        elif want_indices and column_major:
-                            indices[p, q] = plane_offset + reported_index(
-                                indices[p, q] - plane_offset, True, in_shape, in_strides)
-                        next_in_shape(o, out_shape, rank)
+                    row = out_row[o[0] - o0] * inner0
+                    for a in range(1, last):
+                        row += slot[a, o[a]] * strides[a]
+                q = q0 + r * out_last
+                _read_staged_row(y[p, q:q + out_last], staged, row, slot_last, pairs)
+                if indices is not None:
+                    _read_staged_row(indices[p, q:q + out_last], staged_positions, row,
+                                     slot_last, pairs)
+                next_in_shape(o, out_shape, last)
+            # Rare cases: windows made only of padding, and column-major indices.
+            if has_empty or (indices is not None and column_major):
+                _restart(o, o0)
+                for q in range(q0, q0 + out_rows * out_last):
+                    empty = False
+                    for a in range(rank):
+                        empty |= lo[a, o[a]] >= hi[a, o[a]]
+                    if empty:
+                        y[p, q] = empty_value
+                        if indices is not None:
+                            indices[p, q] = -1
+                    elif indices is not None and column_major:
+                        indices[p, q] = plane_offset + reported_index(
+                            indices[p, q] - plane_offset, True, in_shape, in_strides)
+                    next_in_shape(o, out_shape, rank)

@@ -9,7 +9,7 @@ import numpy as np
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, int_tuple, window_plan
-from ..kernels import launch
+from ..kernels import launch_split
 from ..kernels.fold import fold
 from ..memory import allocate
 from ._common import as_tensor, int64_tensor
@@ -82,8 +82,9 @@ def _fold_numbers(spec, x, plan: WindowPlan, out_shape):
         return out.astype(x.dtype) if half else out
     block_size = math.prod(plan.kernel)
     taps = plan.taps
-    launch(
+    launch_split(
         fold,
+        planes,
         dtypes.value_view(np.ascontiguousarray(x)).reshape(planes, block_size, x.shape[2]),
         out.reshape(planes, -1),
         taps.first,

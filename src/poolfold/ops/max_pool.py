@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, window_plan
-from ..kernels import kernel_threads, launch
+from ..kernels import kernel_threads, launch_split
 from ..kernels.window_max import window_max, window_max_separable
 from ..kernels.words import has_words, words_view
 from ..memory import allocate
@@ -208,8 +208,7 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
     arguments = (
         xs,
         ys,
-        indices.reshape(planes, -1) if return_indices else np.empty((0, 0), np.int64),
-        return_indices,
+        indices.reshape(planes, -1) if return_indices else None,  # None: no index code
         taps.first,
         taps.lo,
         taps.hi,
@@ -220,14 +219,15 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
         storage_order == 1,
         empty_value[()],
     )
-    chunks = min(planes, kernel_threads())  # one group of planes per thread
+    threads = min(planes, kernel_threads())  # one group of planes per thread
     item_bytes = x.itemsize + (8 if return_indices else 0)
     output_bytes = y.nbytes + (indices.nbytes if return_indices else 0)
     if slab_rows == -1:
-        slab_rows = _separable_slab(plan, item_bytes, chunks, output_bytes)
+        slab_rows = _separable_slab(plan, item_bytes, threads, output_bytes)
     staging = separable_staging(plan, x.itemsize) if slab_rows is not None else None
     if staging is not None:  # else the passes cannot stage this plan, whatever chose them
-        launch(window_max_separable, *arguments, chunks, slab_rows, *staging, words_view(xs))
+        launch_split(window_max_separable, planes, *arguments, slab_rows, *staging,
+                     words_view(xs))
     else:
-        launch(window_max, *arguments)
+        launch_split(window_max, planes, *arguments)
     return y, indices

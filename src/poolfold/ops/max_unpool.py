@@ -9,7 +9,7 @@ import numpy as np
 from .. import activations, dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, unpooled_shape
-from ..kernels import launch
+from ..kernels import launch, launch_split
 from ..kernels.scatter import first_out_of_range, scatter_ordered, scatter_planes
 from ..memory import allocate, check_size
 from ._common import as_tensor, int64_tensor
@@ -166,7 +166,8 @@ def unpool_planes(spec, x: np.ndarray, indices: np.ndarray, out_shape,
         ys = ys.reshape(n, c, -1)
     fill_bits = dtypes.bits_view(fill)[()]
     act = (activation.code, activation.params, activation.table)
-    foreign = launch(scatter_planes, xs, index_planes, ys, fill_bits, *act)
+    foreign = np.empty(n * c, np.int64)  # per plane, where it met an index outside it
+    launch_split(scatter_planes, n * c, xs, index_planes, ys, fill_bits, *act, foreign)
     if (foreign >= 0).any():
         # Some index leaves its plane: check them all, then one ordered pass.
         _check_range(spec, indices, math.prod(out_shape), out_shape)

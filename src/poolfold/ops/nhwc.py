@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import activations, dtypes, schema
 from ..geometry import WindowPlan
-from ..kernels import launch
+from ..kernels import launch_split
 from ..kernels.activation import IDENTITY, activate_in_place
 from ..kernels.channels_last import nchw_indices
 from ..memory import allocate
@@ -75,11 +75,12 @@ def max_pool(
     if return_indices:
         indices = allocate(spec.label, "Indices", (n, c) + plan.out_shape, np.int64)
         if indices.size:
-            launch(nchw_indices, recorded.reshape(n, -1, c), indices.reshape(n, c, -1),
-                   np.array(plan.in_shape, np.int64), storage_order == 1)
+            launch_split(nchw_indices, n * c, recorded.reshape(n, -1, c),
+                         indices.reshape(n, c, -1), np.array(plan.in_shape, np.int64),
+                         storage_order == 1)
     if act.code != IDENTITY and y.size:
-        launch(activate_in_place, dtypes.bits_view(y).reshape(-1), act.code, act.params,
-               act.table)
+        launch_split(activate_in_place, y.size, dtypes.bits_view(y).reshape(-1), act.code,
+                     act.params, act.table)
     return (y, indices) if return_indices else y
 
 
