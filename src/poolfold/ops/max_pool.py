@@ -168,8 +168,10 @@ def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_byte
     per output plus about 2 ns per tap, against about 0.25 ns per vectorised visit), so it
     wins only when the windows skip most of the input (a 1x1 window at stride 4, say).  The
     passes need two scratch slabs per thread: slabs are sized to stay in cache (256 KiB)
-    and, all threads together, under 10% of the outputs' size; if even one row of outputs
-    cannot, scan directly.  Cached: a model repeats its calls, and this arithmetic costs
+    and, all threads together, under 10% of the outputs' size or 64 KiB, whichever is more
+    (slabs of a few rows cost small calls more than their scratch saves: the bundled model's
+    MaxPools, 100-200 KiB of output, ran 15-40% faster with whole-plane slabs than with
+    three-row ones); if even one row of outputs cannot fit, scan directly.  Cached: a model repeats its calls, and this arithmetic costs
     more than a small call's kernel."""
     vectorised = 8
     per_output = 4
@@ -183,7 +185,7 @@ def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_byte
     if plan.rank == 1:
         return 1
     row_bytes = size // n[0] * item_bytes
-    budget = min(256 * 1024, 0.1 * output_bytes / (2 * threads))
+    budget = min(256 * 1024, max(64 * 1024, 0.1 * output_bytes / (2 * threads)))
     step = plan.strides[0]
     extent = (k[0] - 1) * plan.dilations[0] + 1
     fitting = int((budget / row_bytes - extent) // step) + 1  # (rows - 1)*step + extent inputs
