@@ -34,6 +34,30 @@ def test_launch_split_covers_the_range_once_in_contiguous_parts(monkeypatch, thr
     assert max(sizes) - min(sizes) <= 1  # even shares
 
 
+@pytest.mark.parametrize("work, want", [
+    (0, 1),
+    (2 * kernels.MIN_WORK_PER_PART - 1, 1),  # too little for two parts: the calling thread
+    (2 * kernels.MIN_WORK_PER_PART, 2),
+    (3 * kernels.MIN_WORK_PER_PART, 3),
+    (100 * kernels.MIN_WORK_PER_PART, 4),  # never more parts than threads
+])
+def test_launch_split_gives_each_part_enough_work(monkeypatch, work, want):
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", "4")
+    monkeypatch.setattr(kernels.numba.config, "NUMBA_NUM_THREADS", 4)
+    parts = []
+    lock = threading.Lock()
+
+    def kernel(start, stop):
+        with lock:
+            parts.append((threading.get_ident(), start, stop))
+
+    kernels.launch_split(kernel, 10, work=work)
+    assert len(parts) == want == kernels.split_parts(10, work)
+    assert sorted(p[1:] for p in parts)[0][0] == 0 and max(p[2] for p in parts) == 10
+    if want == 1:
+        assert parts[0][0] == threading.get_ident()  # no hand-off to the pool
+
+
 def test_launch_split_raises_what_a_part_raises(monkeypatch):
     monkeypatch.setenv("POOLFOLD_NUM_THREADS", "2")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -34,16 +35,23 @@ def int_tuple(
         raise PoolfoldTypeError(
             f"{label}: {what} '{attribute}' must be a sequence of integers, got {values!r}"
         )
-    items = list(np.asarray(values).ravel()) if isinstance(values, np.ndarray) else list(values)
-    for v in items:
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-            raise PoolfoldTypeError(
-                f"{label}: {what} '{attribute}' must hold integers, got {v!r} in {values!r}"
-            )
+    if isinstance(values, np.ndarray):
+        # an integer array's values as Python ints (bool arrays, kind "b", stay refused)
+        items = values.ravel().tolist() if values.dtype.kind in "iu" else list(values.ravel())
+    else:
+        items = list(values)
+    if not all(type(v) is int for v in items):  # the common case, checked fast; bool is not int
+        for v in items:
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise PoolfoldTypeError(
+                    f"{label}: {what} '{attribute}' must hold integers, got {v!r} in {values!r}"
+                )
     if len(items) != length:
         raise PoolfoldError(
             f"{label}: {what} '{attribute}' must have {length} values, got {len(items)}: {items}"
         )
+    if not items or (min(items) >= minimum and max(items) <= MAX_ATTRIBUTE_VALUE):
+        return tuple(int(v) for v in items)
     for v in items:
         if v < minimum:
             raise PoolfoldError(
@@ -77,12 +85,37 @@ class WindowAttributes:
         kernel_name: str = "kernel_shape",
         what: str = "attribute",
     ) -> "WindowAttributes":
-        return cls(
-            int_tuple(label, kernel_name, kernel_shape, rank, 1, what),
-            (1,) * rank if strides is None else int_tuple(label, "strides", strides, rank, 1),
-            (1,) * rank if dilations is None else int_tuple(label, "dilations", dilations, rank, 1),
-            (0,) * (2 * rank) if pads is None else int_tuple(label, "pads", pads, 2 * rank, 0),
-        )
+        given = tuple(_exact_key(v) for v in (kernel_shape, strides, dilations, pads))
+        if _INEXACT in given:  # arrays, numpy integers, ...: checked afresh
+            return _checked_attributes(label, rank, kernel_name, what, kernel_shape, strides,
+                                       dilations, pads)
+        return _cached_attributes(label, rank, kernel_name, what, *given)
+
+
+def _checked_attributes(label, rank, kernel_name, what, kernel_shape, strides, dilations, pads):
+    return WindowAttributes(
+        int_tuple(label, kernel_name, kernel_shape, rank, 1, what),
+        (1,) * rank if strides is None else int_tuple(label, "strides", strides, rank, 1),
+        (1,) * rank if dilations is None else int_tuple(label, "dilations", dilations, rank, 1),
+        (0,) * (2 * rank) if pads is None else int_tuple(label, "pads", pads, 2 * rank, 0),
+    )
+
+
+# A model calls its ops with the same attributes every run: the checks' result (never an
+# error: lru_cache keeps no exceptions) is kept per exact value, as tuples of Python ints.
+_cached_attributes = functools.lru_cache(maxsize=512)(_checked_attributes)
+_INEXACT = object()
+
+
+def _exact_key(values):
+    """``values`` as a key that equals only values the checks treat alike (a list or tuple of
+    Python ints, or None), else :data:`_INEXACT`: ``True == 1`` and ``2.0 == 2``, but bools
+    and floats are refused where ints pass, so those never share a key with ints."""
+    if values is None:
+        return None
+    if type(values) in (list, tuple) and all(type(v) is int for v in values):
+        return tuple(values)
+    return _INEXACT
 
 
 @dataclass(frozen=True)
@@ -97,6 +130,15 @@ class TapTable:
     first: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
+
+
+class PlanDims(NamedTuple):
+    """A plan's per-axis sizes as int64 arrays, the form kernels take them in."""
+
+    in_shape: np.ndarray
+    out_shape: np.ndarray
+    kernel: np.ndarray
+    dilations: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -114,6 +156,12 @@ class WindowPlan:
     @property
     def rank(self) -> int:
         return len(self.in_shape)
+
+    @functools.cached_property
+    def dims(self) -> PlanDims:
+        """Built once per plan (plans are cached), not on every call: kernels only read them."""
+        return PlanDims(*(np.array(v, np.int64) for v in (self.in_shape, self.out_shape,
+                                                           self.kernel, self.dilations)))
 
     @functools.cached_property
     def taps(self) -> TapTable:

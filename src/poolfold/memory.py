@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -10,6 +11,7 @@ import numpy as np
 from .errors import PoolfoldError
 
 
+@functools.lru_cache(maxsize=1)  # two system calls, once: every output allocation asks
 def _physical_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

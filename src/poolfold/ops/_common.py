@@ -9,6 +9,11 @@ from ..errors import PoolfoldError, PoolfoldTypeError
 from ..schema import OpVersion
 
 
+# (version row, dtype, input) triples whose type check passed: the check, a dozen numpy
+# attribute reads, is most of a small call's cost, and its result depends on nothing else.
+_ACCEPTED_TYPES: dict = {}
+
+
 def as_tensor(spec: OpVersion, value, name: str, min_rank: int = 3) -> np.ndarray:
     """``value`` as an ndarray of a type the version accepts, of rank >= ``min_rank``."""
     if not isinstance(value, np.ndarray):
@@ -18,7 +23,12 @@ def as_tensor(spec: OpVersion, value, name: str, min_rank: int = 3) -> np.ndarra
             raise PoolfoldTypeError(
                 f"{spec.label}: input '{name}' is not convertible to an array: {error}"
             ) from None
-    spec.check_type(value.dtype, name)
+    accepted = (id(spec), value.dtype, name)
+    if accepted not in _ACCEPTED_TYPES:
+        spec.check_type(value.dtype, name)  # raises for a type the version refuses
+        if len(_ACCEPTED_TYPES) >= 1024:  # string widths are dtypes of their own: stay small
+            _ACCEPTED_TYPES.clear()
+        _ACCEPTED_TYPES[accepted] = spec  # holding the row keeps its id from being reused
     value = native(value)
     if value.ndim < min_rank:
         raise PoolfoldError(

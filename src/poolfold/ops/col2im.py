@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -81,7 +82,7 @@ def _fold_numbers(spec, x, plan: WindowPlan, out_shape):
     if planes == 0:
         return out.astype(x.dtype) if half else out
     block_size = math.prod(plan.kernel)
-    taps = plan.taps
+    taps, dims = plan.taps, plan.dims
     launch_split(
         fold,
         planes,
@@ -90,14 +91,21 @@ def _fold_numbers(spec, x, plan: WindowPlan, out_shape):
         taps.first,
         taps.lo,
         taps.hi,
-        np.array(plan.in_shape, np.int64),
-        np.array(plan.kernel, np.int64),
-        np.array(plan.out_shape, np.int64),
-        np.array(plan.dilations, np.int64),
-        dtypes.value_view(dtypes.additive_identity(x.dtype))[()],
+        dims.in_shape,
+        dims.kernel,
+        dims.out_shape,
+        dims.dilations,
+        _identity(x.dtype),
         False,  # a fresh image: overwrite
+        work=x.size + out.size,
     )
     return out.astype(x.dtype) if half else out
+
+
+@functools.lru_cache(maxsize=64)
+def _identity(dtype: np.dtype):
+    """The additive identity as the scalar the fold kernel takes (one per dtype)."""
+    return dtypes.value_view(dtypes.additive_identity(dtype))[()]
 
 
 def _fold_strings(spec, x, plan: WindowPlan, out_shape):

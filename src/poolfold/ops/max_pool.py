@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, window_plan
-from ..kernels import kernel_threads, launch_split
+from ..kernels import launch_split, split_parts
 from ..kernels.window_max import window_max, window_max_separable
 from ..kernels.words import has_words, words_view
 from ..memory import allocate
@@ -161,6 +161,7 @@ def separable_staging(plan: WindowPlan, itemsize: int):
     return starts, slot, cut, cut_count, pairs
 
 
+@functools.lru_cache(maxsize=512)
 def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_bytes: int):
     """Outputs along the first axis per slab for the separable passes, or None when a direct
     scan is the better choice.
@@ -172,8 +173,11 @@ def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_byte
     per output plus about 2 ns per tap, against about 0.25 ns per vectorised visit), so it
     wins only when the windows skip most of the input (a 1x1 window at stride 4, say).  The
     passes need two scratch slabs per thread: slabs are sized to stay in cache (256 KiB)
-    and, all threads together, under 10% of the outputs' size; if even one row of outputs
-    cannot, scan directly."""
+    and, all threads together, under 10% of the outputs' size or 64 KiB, whichever is more
+    (slabs of a few rows cost small calls more than their scratch saves: the bundled model's
+    MaxPools, 100-200 KiB of output, ran 15-40% faster with whole-plane slabs than with
+    three-row ones); if even one row of outputs cannot fit, scan directly.  Cached: a model repeats its calls, and this arithmetic costs
+    more than a small call's kernel."""
     vectorised = 8
     per_output = 4
     n, k, out = plan.in_shape, plan.kernel, plan.out_shape
@@ -188,7 +192,7 @@ def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_byte
     if plan.rank == 1:
         return 1
     row_bytes = size // n[0] * item_bytes
-    budget = min(256 * 1024, 0.1 * output_bytes / (2 * threads))
+    budget = min(256 * 1024, max(64 * 1024, 0.1 * output_bytes / (2 * threads)))
     step = plan.strides[0]
     extent = (k[0] - 1) * plan.dilations[0] + 1
     fitting = int((budget / row_bytes - extent) // step) + 1  # (rows - 1)*step + extent inputs
@@ -210,8 +214,7 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
         return y, indices
     xs = dtypes.value_view(np.ascontiguousarray(x).reshape(planes, -1))
     ys = dtypes.value_view(y.reshape(planes, -1))
-    empty_value = dtypes.value_view(dtypes.lowest(x.dtype))
-    taps = plan.taps
+    taps, dims = plan.taps, plan.dims
     arguments = (
         xs,
         ys,
@@ -219,14 +222,15 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
         taps.first,
         taps.lo,
         taps.hi,
-        np.array(plan.in_shape, np.int64),
-        np.array(plan.out_shape, np.int64),
-        np.array(plan.kernel, np.int64),
-        np.array(plan.dilations, np.int64),
+        dims.in_shape,
+        dims.out_shape,
+        dims.kernel,
+        dims.dilations,
         storage_order == 1,
-        empty_value[()],
+        _empty_value(x.dtype),
     )
-    threads = min(planes, kernel_threads())  # one group of planes per thread
+    work = x.size + y.size * (2 if return_indices else 1)
+    threads = split_parts(planes, work)  # one group of planes per thread
     item_bytes = x.itemsize + (8 if return_indices else 0)
     output_bytes = y.nbytes + (indices.nbytes if return_indices else 0)
     if slab_rows == -1:
@@ -234,7 +238,13 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
     staging = separable_staging(plan, x.itemsize) if slab_rows is not None else None
     if staging is not None:  # else the passes cannot stage this plan, whatever chose them
         launch_split(window_max_separable, planes, *arguments, slab_rows, *staging,
-                     words_view(xs))
+                     words_view(xs), work=work)
     else:
-        launch_split(window_max, planes, *arguments)
+        launch_split(window_max, planes, *arguments, work=work)
     return y, indices
+
+
+@functools.lru_cache(maxsize=64)
+def _empty_value(dtype: np.dtype):
+    """What an empty window yields, as the scalar the kernels take (one per dtype)."""
+    return dtypes.value_view(dtypes.lowest(dtype))[()]

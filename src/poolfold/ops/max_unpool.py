@@ -23,7 +23,9 @@ def _output_shape(spec, x_shape, output_shape) -> tuple[int, ...]:
             raise PoolfoldError(
                 f"{spec.label}: input 'output_shape' must be 1-D, got shape {output_shape.shape}"
             )
-    values = list(output_shape) if hasattr(output_shape, "__len__") else None
+        values = output_shape.tolist()  # Python ints, as the check below wants them
+    else:
+        values = list(output_shape) if hasattr(output_shape, "__len__") else None
     if values is None or any(
         isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) for v in values
     ):
@@ -167,7 +169,8 @@ def unpool_planes(spec, x: np.ndarray, indices: np.ndarray, out_shape,
     fill_bits = dtypes.bits_view(fill)[()]
     act = (activation.code, activation.params, activation.table)
     foreign = np.empty(n * c, np.int64)  # per plane, where it met an index outside it
-    launch_split(scatter_planes, n * c, xs, index_planes, ys, fill_bits, *act, foreign)
+    launch_split(scatter_planes, n * c, xs, index_planes, ys, fill_bits, *act, foreign,
+                 work=2 * x.size + y.size)
     if (foreign >= 0).any():
         # Some index leaves its plane: check them all, then one ordered pass.
         _check_range(spec, indices, math.prod(out_shape), out_shape)

@@ -8,6 +8,8 @@ op's, through the same code.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import activations, dtypes, schema
@@ -25,8 +27,10 @@ def _nchw_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
     return (shape[0], shape[-1]) + tuple(shape[1:-1])
 
 
+@functools.lru_cache(maxsize=512)
 def _with_channels(plan: WindowPlan, channels: int) -> WindowPlan:
-    """``plan`` over ``(spatial..., C)``: one more axis, with a window of one on C."""
+    """``plan`` over ``(spatial..., C)``: one more axis, with a window of one on C (cached, as
+    plans are, so its tap table is built once)."""
     return WindowPlan(plan.in_shape + (channels,), plan.kernel + (1,), plan.strides + (1,),
                       plan.dilations + (1,), plan.pad_begin + (0,), plan.pad_end + (0,),
                       plan.out_shape + (channels,))
@@ -76,11 +80,11 @@ def max_pool(
         indices = allocate(spec.label, "Indices", (n, c) + plan.out_shape, np.int64)
         if indices.size:
             launch_split(nchw_indices, n * c, recorded.reshape(n, -1, c),
-                         indices.reshape(n, c, -1), np.array(plan.in_shape, np.int64),
-                         storage_order == 1)
+                         indices.reshape(n, c, -1), plan.dims.in_shape, storage_order == 1,
+                         work=2 * indices.size)
     if act.code != IDENTITY and y.size:
         launch_split(activate_in_place, y.size, dtypes.bits_view(y).reshape(-1), act.code,
-                     act.params, act.table)
+                     act.params, act.table, work=y.size)
     return (y, indices) if return_indices else y
 
 
