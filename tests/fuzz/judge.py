@@ -53,8 +53,23 @@ def _native(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def _same(got, want, what: str) -> None:
+def _nan_free_bits(a: np.ndarray) -> np.ndarray:
+    """``a``'s bytes per element with every NaN (of any payload or sign) the same."""
+    a = np.array(a)  # a copy, written below
+    parts = [a.real, a.imag] if a.dtype.kind == "c" else [a]
+    for part in parts:
+        if part.dtype.kind == "f" or part.dtype.name == "bfloat16":
+            part[np.isnan(part)] = np.nan
+    return a
+
+
+def _same(got, want, what: str, arithmetic: bool = False) -> None:
+    """The same shape, type and bits; with ``arithmetic`` (values computed by sums or
+    activations, not copied) any NaN equals any NaN: their payloads depend on the order of
+    the operations, which no spec fixes."""
     got, want = np.asarray(got), _native(want)
+    if arithmetic and got.dtype == want.dtype and got.shape == want.shape:
+        got, want = _nan_free_bits(got), _nan_free_bits(want)
     if got.shape != want.shape:
         raise Failure(f"{what}: shape {got.shape}, oracle {want.shape}")
     if want.dtype.kind in "USO":
@@ -241,6 +256,8 @@ def _expected(op, args, kwargs, result):
             y, indices = oracle.max_pool(x, args[1], **kwargs)
         if channels_last:
             y = np.moveaxis(y, 1, -1)
+        if activation not in (None, "Relu"):
+            return None  # transcendental: no bit-exact reference here
         if activation == "Relu":
             y = _relu(y)
         return (y, indices) if return_indices else y
@@ -258,6 +275,8 @@ def _expected(op, args, kwargs, result):
                               **kwargs)
         if channels_last:
             y = np.moveaxis(y, 1, -1)
+        if activation not in (None, "Relu"):
+            return None
         return _relu(y) if activation == "Relu" else y
     # Col2Im
     if _cost(x.shape, args[2]) > ORACLE_BUDGET:
@@ -289,6 +308,7 @@ def judge(spec) -> tuple[str, str]:
         return "fail", f"accepted a call the oracle refuses ({type(error).__name__}: {error})"
     if expected is None:
         return "unchecked", ""
+    arithmetic = op == "col2im" or bool(kwargs.get("activation"))
     try:
         if op == "max_pool_shape":
             if tuple(result) != tuple(expected) or not all(type(v) is int for v in result):
@@ -296,12 +316,12 @@ def judge(spec) -> tuple[str, str]:
         elif isinstance(expected, tuple):
             if not isinstance(result, tuple) or len(result) != 2:
                 raise Failure(f"returned {type(result).__name__}, expected (Y, Indices)")
-            _same(result[0], expected[0], "Y")
+            _same(result[0], expected[0], "Y", arithmetic)
             _same(result[1], expected[1], "Indices")
         else:
             if not isinstance(result, np.ndarray):
                 raise Failure(f"returned {type(result).__name__}, expected an array")
-            _same(result, expected, "output")
+            _same(result, expected, "output", arithmetic)
     except Failure as failure:
         return "fail", str(failure)
     return "value", ""
