@@ -182,7 +182,6 @@ def _spot_check(source, y_store, i_store, chunk, count) -> list[dict]:
 
 def in_memory(shape=(1, 1, 512, 512, 512), chunk=256, repeat=3, tick=print) -> dict:
     """Throughput of the in-memory call against ``poolfold.dask`` on 1 and 2 workers."""
-    import dask.array as da
     from distributed import wait
 
     import poolfold

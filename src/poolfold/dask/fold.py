@@ -24,11 +24,11 @@ from dask.highlevelgraph import HighLevelGraph
 
 from .. import dtypes, schema
 from ..errors import PoolfoldError
-from ..geometry import WindowAttributes, WindowPlan, window_plan
+from ..geometry import WindowPlan
 from ..kernels import launch
 from ..kernels.fold import fold
 from ..memory import check_size
-from ..ops.col2im import _fold_strings, _shape_input
+from ..ops.col2im import _fold_strings, fold_plan
 from ..ops.col2im import col2im as col2im_in_memory
 from . import _graph
 
@@ -140,12 +140,8 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
     # The in-memory checks, on an input with no samples: the same errors, no data touched.
     col2im_in_memory(np.empty((0,) + x.shape[1:], x.dtype), image_shape, block_shape,
                      dilations=dilations, pads=pads, strides=strides, opset=opset)
-    image = _shape_input(spec, "image_shape", image_shape)
-    block = _shape_input(spec, "block_shape", block_shape, len(image))
-    attributes = WindowAttributes.validate(
-        spec.label, len(image), block, strides, dilations, pads, "block_shape", "input"
-    )
-    plan = window_plan(spec.label, image, attributes, kernel_name="input 'block_shape'")
+    image, block, attributes, plan = fold_plan(spec, x.shape, image_shape, block_shape, strides,
+                                               dilations, pads)
     block_size = math.prod(block)
     # Whole channels per chunk of dim 1.
     cuts = sorted({-(-int(b) // block_size) for b in _graph.bounds(x.chunks[1])})

@@ -13,7 +13,6 @@ back to a full range check and one ordered pass over the whole tensor.
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 from .activation import activate

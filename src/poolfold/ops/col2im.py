@@ -28,6 +28,29 @@ def _shape_input(spec, name: str, value, rank: int | None = None) -> tuple[int, 
     return int_tuple(spec.label, name, value, length if length is not None else -1, 1, "input")
 
 
+def fold_plan(spec, shape, image_shape, block_shape, strides, dilations, pads):
+    """Check the input's rank and dim 1 and the fold's attributes against each other, and plan
+    the blocks over the image: ``(image, block, plan)``."""
+    if len(shape) != 3:
+        raise PoolfoldError(
+            f"{spec.label}: input 'input' must have rank 3 [N, C*prod(block_shape), L], "
+            f"got shape {tuple(shape)}"
+        )
+    image = _shape_input(spec, "image_shape", image_shape)
+    block = _shape_input(spec, "block_shape", block_shape, len(image))
+    attributes = WindowAttributes.validate(
+        spec.label, len(image), block, strides, dilations, pads, "block_shape", "input"
+    )
+    plan = window_plan(spec.label, image, attributes, kernel_name="input 'block_shape'")
+    block_size = math.prod(block)
+    if shape[1] % block_size:
+        raise PoolfoldError(
+            f"{spec.label}: dim 1 of input 'input' ({shape[1]}) is not a multiple of "
+            f"prod(block_shape) = {block_size} (block_shape {list(block)})"
+        )
+    return image, block, attributes, plan
+
+
 def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=None, opset=None):
     """ONNX Col2Im: ``x`` of shape ``[N, C*prod(block_shape), L]`` folded into
     ``[N, C, *image_shape]`` by summing overlapping blocks.
@@ -43,23 +66,9 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
     """
     spec = schema.resolve("Col2Im", opset)
     x = as_tensor(spec, x, "input")
-    if x.ndim != 3:
-        raise PoolfoldError(
-            f"{spec.label}: input 'input' must have rank 3 [N, C*prod(block_shape), L], "
-            f"got shape {x.shape}"
-        )
-    image = _shape_input(spec, "image_shape", image_shape)
-    block = _shape_input(spec, "block_shape", block_shape, len(image))
-    attributes = WindowAttributes.validate(
-        spec.label, len(image), block, strides, dilations, pads, "block_shape", "input"
-    )
-    plan = window_plan(spec.label, image, attributes, kernel_name="input 'block_shape'")
+    image, block, attributes, plan = fold_plan(spec, x.shape, image_shape, block_shape, strides,
+                                               dilations, pads)
     block_size = math.prod(block)
-    if x.shape[1] % block_size:
-        raise PoolfoldError(
-            f"{spec.label}: dim 1 of input 'input' ({x.shape[1]}) is not a multiple of "
-            f"prod(block_shape) = {block_size} (block_shape {list(block)})"
-        )
     blocks = math.prod(plan.out_shape)
     if x.shape[2] != blocks:
         raise PoolfoldError(
