@@ -128,9 +128,10 @@ MIN_WORK_PER_PART = 2**16
 
 def split_parts(count: int, work: int | None = None) -> int:
     """How many parts :func:`launch_split` runs ``count`` planes (or elements) in."""
+    threads = kernel_threads()  # every call: a bad POOLFOLD_NUM_THREADS warns at any size
     if count <= 1 or (work is not None and work < 2 * MIN_WORK_PER_PART):
-        return 1  # before kernel_threads(), which reads the environment: small calls are many
-    parts = min(count, kernel_threads())
+        return 1
+    parts = min(count, threads)
     return max(1, parts if work is None else min(parts, work // MIN_WORK_PER_PART))
 
 
