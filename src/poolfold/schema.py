@@ -9,6 +9,7 @@ code path.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
@@ -42,8 +43,8 @@ class OpVersion:
     # Version in which each attribute / type first appeared, for error messages.
     introduced: Mapping[str, int] = field(default_factory=dict, repr=False)
 
-    @property
-    def label(self) -> str:
+    @functools.cached_property
+    def label(self) -> str:  # built once per row: every check of every call names it
         return op_label(self.op, self.version, self.domain)
 
     def has(self, attribute: str) -> bool:

@@ -12,6 +12,7 @@ kernels at once.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -20,34 +21,41 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 from numba.core import event
+from numba.np.ufunc import parallel as _numba_parallel  # imported by numba itself already
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
 
 def kernel_threads() -> int:
-    """``POOLFOLD_NUM_THREADS`` if set (capped at numba's thread count), else numba's setting."""
-    available = numba.config.NUMBA_NUM_THREADS
+    """``POOLFOLD_NUM_THREADS`` if set (capped at numba's thread count), else numba's setting.
+
+    Read on every call (a bad value warns whatever the call's size); its parse is kept per
+    text, as a model asks this several times a run."""
     value = os.environ.get("POOLFOLD_NUM_THREADS")
     if not value:
         return _numba_threads()
-    try:
-        wanted = int(value)
-    except ValueError:
-        wanted = 0
-    if wanted < 1:
+    wanted = _parse_threads(value)
+    if wanted is None:
         warnings.warn(f"POOLFOLD_NUM_THREADS={value!r} is not a positive integer; ignored",
                       RuntimeWarning, stacklevel=3)
         return _numba_threads()
-    return min(wanted, available)
+    return min(wanted, numba.config.NUMBA_NUM_THREADS)
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_threads(value: str) -> int | None:
+    try:
+        wanted = int(value)
+    except ValueError:
+        return None
+    return wanted if wanted >= 1 else None
 
 
 def _numba_threads() -> int:
     """numba's thread count: what ``numba.set_num_threads`` set, if anything started numba's
     threading layer (asking would start it, a cost poolfold's kernels do not need)."""
-    from numba.np.ufunc import parallel
-
-    if parallel._is_initialized:
+    if _numba_parallel._is_initialized:
         return numba.get_num_threads()
     return numba.config.NUMBA_NUM_THREADS
 
@@ -135,13 +143,16 @@ def split_parts(count: int, work: int | None = None) -> int:
     return max(1, parts if work is None else min(parts, work // MIN_WORK_PER_PART))
 
 
-def launch_split(kernel, count: int, *args, work: int | None = None) -> None:
+def launch_split(kernel, count: int, *args, work: int | None = None,
+                 parts: int | None = None) -> None:
     """Run ``kernel(*args, start, stop)`` over ``[0, count)`` in contiguous parts, one per
     thread (poolfold's thread count), the calling thread taking the first part.
 
     ``work`` (elements the call reads and writes, if the caller knows it) caps the parts so
-    each has at least :data:`MIN_WORK_PER_PART`: a small call runs in the calling thread."""
-    parts = split_parts(count, work)
+    each has at least :data:`MIN_WORK_PER_PART`: a small call runs in the calling thread.
+    ``parts``: what :func:`split_parts` already gave the caller, to not ask twice."""
+    if parts is None:
+        parts = split_parts(count, work)
     if parts == 1:
         kernel(*args, 0, count)
         return

@@ -230,17 +230,17 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
         _empty_value(x.dtype),
     )
     work = x.size + y.size * (2 if return_indices else 1)
-    threads = split_parts(planes, work)  # one group of planes per thread
+    parts = split_parts(planes, work)  # one group of planes per thread
     item_bytes = x.itemsize + (8 if return_indices else 0)
     output_bytes = y.nbytes + (indices.nbytes if return_indices else 0)
     if slab_rows == -1:
-        slab_rows = _separable_slab(plan, item_bytes, threads, output_bytes)
+        slab_rows = _separable_slab(plan, item_bytes, parts, output_bytes)
     staging = separable_staging(plan, x.itemsize) if slab_rows is not None else None
     if staging is not None:  # else the passes cannot stage this plan, whatever chose them
         launch_split(window_max_separable, planes, *arguments, slab_rows, *staging,
-                     words_view(xs), work=work)
+                     words_view(xs), parts=parts)
     else:
-        launch_split(window_max, planes, *arguments, work=work)
+        launch_split(window_max, planes, *arguments, parts=parts)
     return y, indices
 
 
