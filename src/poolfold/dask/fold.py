@@ -26,7 +26,7 @@ from .. import dtypes, schema
 from ..errors import PoolfoldError
 from ..geometry import WindowPlan
 from ..kernels import launch
-from ..kernels.fold import fold
+from ..kernels.fold import fold, fold_tables
 from ..memory import check_size
 from ..ops.col2im import _fold_strings, fold_plan
 from ..ops.col2im import col2im as col2im_in_memory
@@ -85,12 +85,9 @@ def _fold_step(accumulator, x, l0, plan, image_planes, block_size):
         return accumulator
     identity = dtypes.value_view(dtypes.additive_identity(x.dtype))[()]
     for start, size in reversed(grid_boxes(l0, l0 + x.shape[2], plan.out_shape)):
-        sub = box_plan(plan, start, size)
-        taps = sub.taps
         launch(fold, _box_columns(columns, l0, start, size, plan.out_shape), accumulator,
-               taps.first, taps.lo, taps.hi, np.array(plan.in_shape, np.int64),
-               np.array(plan.kernel, np.int64), np.array(sub.out_shape, np.int64),
-               np.array(plan.dilations, np.int64), identity, True, 0, accumulator.shape[0])
+               *fold_tables(box_plan(plan, start, size)), identity, True,
+               np.empty((planes, 2 * plan.rank), np.int64), 0, planes)
     return accumulator
 
 

@@ -7,6 +7,8 @@ must concatenate in block order, take a numpy path of their own).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit, types
 from numba.extending import overload
@@ -59,9 +61,56 @@ def _add_run_kept(acc, values, column, kept, identity):
         add_into(acc, i, v if column[i] < kept else identity)
 
 
+@functools.lru_cache(maxsize=256)
+def fold_tables(plan) -> tuple:
+    """The tables :func:`fold` reads for a Col2Im plan (a ``poolfold.geometry.WindowPlan`` of
+    the block grid over the image), in the order it takes them.  Built here in numpy, once
+    per plan, rather than inside the kernel: each array the kernel made for itself cost its
+    first call a compile of numba's allocation code.
+
+    - ``first``: the tap table's first image coordinate of each grid position, (rank, width);
+    - ``g_lo``, ``g_hi``: for block offset k along axis a, the grid positions whose tap lands
+      inside the image form the run ``[g_lo[a, k], g_hi[a, k])`` (empty if ``lo >= hi``);
+    - ``image_strides``, ``grid_strides``: row-major strides of the image and the grid;
+    - ``block_shape``, ``dilations``: as the plan's, int64;
+    - ``column``: each block's place in its grid row (int16), when ``rows_join`` (below);
+    - ``rows_join``: whether consecutive grid rows land on consecutive image rows with the
+      same spacing in both, so that the runs of several rows can join into one;
+    - ``step_last``: the stride along the last axis.
+    """
+    taps = plan.taps
+    rank = plan.rank
+    last = rank - 1
+    image, block, grid = plan.in_shape, plan.kernel, plan.out_shape
+    image_strides = np.ones(rank, np.int64)
+    grid_strides = np.ones(rank, np.int64)
+    for a in range(last - 1, -1, -1):
+        image_strides[a] = image_strides[a + 1] * image[a + 1]
+        grid_strides[a] = grid_strides[a + 1] * grid[a + 1]
+    width = max(block)
+    g_lo = np.zeros((rank, width), np.int64)
+    g_hi = np.zeros((rank, width), np.int64)
+    for a in range(rank):
+        for k in range(block[a]):
+            inside = np.flatnonzero((taps.lo[a, :grid[a]] <= k) & (k < taps.hi[a, :grid[a]]))
+            g_lo[a, k] = inside[0] if inside.size else grid[a]
+            g_hi[a, k] = inside[-1] + 1 if inside.size else 0
+    # A grid of one block along an axis has no step: 1 stands in, as for any one-block run.
+    steps = [s if n > 1 else 1 for s, n in zip(plan.strides, grid)]
+    step_last = steps[last]
+    row_blocks = int(grid_strides[last - 1]) if rank > 1 else 0  # blocks per grid row
+    rows_join = bool(rank > 1 and step_last == 1 and row_blocks <= 32767  # column is int16
+                     and steps[last - 1] * image_strides[last - 1] == grid_strides[last - 1])
+    column = (np.arange(grid[last - 1] * row_blocks) % row_blocks).astype(np.int16) \
+        if rows_join else np.zeros(0, np.int16)
+    return (taps.first, g_lo, g_hi, image_strides, grid_strides,
+            np.array(block, np.int64), np.array(plan.dilations, np.int64), column, rows_join,
+            np.int64(step_last))
+
+
 @njit(cache=True, nogil=True)
-def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations, identity,
-         accumulate, start, stop):
+def fold(x, out, first, g_lo, g_hi, image_strides, grid_strides, block_shape, dilations,
+         column, rows_join, step_last, identity, accumulate, counters, start, stop):
     """``out[p, position(l, k)] += x[p, k, l]`` for every in-image tap of the planes p in
     ``[start, stop)``; ``out`` is overwritten there, or with ``accumulate`` added to (a fold
     continued over more blocks, as a chunked Col2Im does: each position's sum then goes on in
@@ -69,56 +118,32 @@ def fold(x, out, first, lo, hi, image_shape, block_shape, grid_shape, dilations,
 
     x : (planes, K, L);  out : (planes, prod(image_shape)), the accumulator type
     x holds the bits of half types (see :mod:`poolfold.kernels.half`); out is float32 then
-    first, lo, hi : the tap table of the block grid, (rank, max grid size)
-    image_shape, block_shape, grid_shape, dilations : (rank,) int64
+    first ... step_last : the plan's tables, from :func:`fold_tables`
     identity : the value of x's type whose addition changes no sum (-0.0, 0 or False)
+    counters : (planes, 2 * rank) int64 scratch, a row per plane (an array made in the kernel
+    would cost its first call a compile of numba's allocation code)
     """
     planes, size, blocks = x.shape
-    rank = image_shape.size
+    rank = block_shape.size
     last = rank - 1
-    image_strides = np.ones(rank, np.int64)
-    grid_strides = np.ones(rank, np.int64)
-    for a in range(last - 1, -1, -1):
-        image_strides[a] = image_strides[a + 1] * image_shape[a + 1]
-        grid_strides[a] = grid_strides[a + 1] * grid_shape[a + 1]
-    # For block offset k along axis a, the blocks whose tap lands inside the image form a
-    # contiguous run [g_lo[a, k], g_hi[a, k]) of grid positions along that axis.
-    width = 0
-    for a in range(rank):
-        width = max(width, block_shape[a])
-    g_lo = np.zeros((rank, width), np.int64)
-    g_hi = np.zeros((rank, width), np.int64)
-    for a in range(rank):
-        for k in range(block_shape[a]):
-            g_lo[a, k] = grid_shape[a]
-            for g in range(grid_shape[a]):
-                if lo[a, g] <= k < hi[a, g]:
-                    g_lo[a, k] = min(g_lo[a, k], g)
-                    g_hi[a, k] = g + 1
-    step_last = first[last, 1] - first[last, 0] if grid_shape[last] > 1 else 1  # the stride
     # Runs along the last axis are a few dozen blocks, shorter than the vectorised loop's
     # body.  When consecutive grid rows land on consecutive image rows with the same spacing
-    # in both, the runs of several rows join into one.  The few taps in between (those that
-    # fall in the padding of a row's ends) add the identity instead, told by their block's
-    # place in its grid row (``column``), so every sum is exactly as if they were skipped.
-    # Saving and restoring the image positions they land on instead took a third of the
-    # time: each reload waited on the vector store just made there.
+    # in both (``rows_join``), the runs of several rows join into one.  The few taps in
+    # between (those that fall in the padding of a row's ends) add the identity instead,
+    # told by their block's place in its grid row (``column``), so every sum is exactly as
+    # if they were skipped.  Saving and restoring the image positions they land on instead
+    # took a third of the time: each reload waited on the vector store just made there.
     row_blocks = grid_strides[last - 1] if rank > 1 else 0  # blocks per grid row
-    rows_join = False
-    if rank > 1 and step_last == 1 and row_blocks <= 32767:  # column is int16
-        step_outer = first[last - 1, 1] - first[last - 1, 0] if grid_shape[last - 1] > 1 else 1
-        rows_join = step_outer * image_strides[last - 1] == grid_strides[last - 1]
-    column = np.empty(grid_shape[last - 1] * row_blocks if rows_join else 0, np.int16)
-    for j in range(column.size):
-        column[j] = j % row_blocks
     for p in range(start, stop):
+        k_at = counters[p, :rank]  # block offset of row k of xp
+        g = counters[p, rank:]  # grid coordinate, outer axes
         acc = out[p]
         if not accumulate:
             for i in range(acc.size):
                 acc[i] = 0
         xp = x[p]
-        k_at = np.zeros(rank, np.int64)  # block offset of row k of xp
-        g = np.zeros(rank, np.int64)  # grid coordinate, outer axes
+        for a in range(rank):
+            k_at[a] = 0
         # Block offset outer, blocks inner: each row of xp is read once, contiguously (the
         # order onnxruntime and PyTorch sum in, so float results agree with theirs bit for bit).
         for k in range(size):

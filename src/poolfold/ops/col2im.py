@@ -11,7 +11,7 @@ from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, int_tuple, window_plan
 from ..kernels import launch_split
-from ..kernels.fold import fold
+from ..kernels.fold import fold, fold_tables
 from ..memory import allocate
 from ._common import as_tensor, int64_tensor
 
@@ -91,21 +91,15 @@ def _fold_numbers(spec, x, plan: WindowPlan, out_shape):
     if planes == 0:
         return out.astype(x.dtype) if half else out
     block_size = math.prod(plan.kernel)
-    taps, dims = plan.taps, plan.dims
     launch_split(
         fold,
         planes,
         dtypes.value_view(np.ascontiguousarray(x)).reshape(planes, block_size, x.shape[2]),
         out.reshape(planes, -1),
-        taps.first,
-        taps.lo,
-        taps.hi,
-        dims.in_shape,
-        dims.kernel,
-        dims.out_shape,
-        dims.dilations,
+        *fold_tables(plan),
         _identity(x.dtype),
         False,  # a fresh image: overwrite
+        np.empty((planes, 2 * plan.rank), np.int64),  # the kernel's counters
         work=x.size + out.size,
     )
     return out.astype(x.dtype) if half else out
