@@ -13,6 +13,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
+from . import helper
+
 from .half import HALF_BITS, as_float32
 from .odometer import next_in_ranges, next_in_shape
 
@@ -42,7 +44,7 @@ def _add_into(acc, i, v):
     return add
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _add_run(acc, values):
     """``acc[i] += values[i]`` (in the accumulation rule of the types) along a run of taps;
     both are views sliced to line up, which lets LLVM vectorise the contiguous case."""
@@ -50,7 +52,7 @@ def _add_run(acc, values):
         add_into(acc, i, values[i])
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _add_run_kept(acc, values, column, kept, identity):
     """:func:`_add_run`, adding ``identity`` instead of ``values[i]`` where ``column[i]`` is
     not below ``kept``.  Adding the type's identity leaves a sum exactly as it was, and the

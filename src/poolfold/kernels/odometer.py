@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from numba import njit
+
+from . import helper
 
 
-@njit(cache=True, nogil=True)
+@helper
 def next_in_shape(counter, shape, axes):
     """Advance ``counter[:axes]`` to the next position in row-major order within
     ``[0, shape[a])``; False (and all zeros) once it wraps past the last position."""
@@ -19,7 +20,7 @@ def next_in_shape(counter, shape, axes):
     return False
 
 
-@njit(cache=True, nogil=True)
+@helper
 def next_in_ranges(counter, key, lo, hi, axes):
     """Advance ``counter[:axes]`` row-major, each axis within ``[lo[a, key[a]], hi[a, key[a]])``
     (a tap table row chosen by ``key``); False (and back at the start) once it wraps."""

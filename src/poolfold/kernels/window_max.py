@@ -14,12 +14,14 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
+from . import helper
+
 from .odometer import next_in_ranges, next_in_shape
 from .ordering import is_nan, order_key
 from .words import EVEN_IS_HIGH, element_of_word
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _max_inside(xp, origin, window_taps):
     """Offset of the winning tap of a window lying wholly inside the plane."""
     # Branch-free running maximum: about 5x faster than stopping at a NaN, whose
@@ -43,7 +45,7 @@ def _max_inside(xp, origin, window_taps):
     return best
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _max_on_border(xp, o, j, first, lo, hi, in_shape, dilations):
     """Offset of the winning in-bounds tap of a window that crosses the border, or -1.
 
@@ -89,7 +91,7 @@ def _max_on_border(xp, o, j, first, lo, hi, in_shape, dilations):
             return best
 
 
-@njit(cache=True, nogil=True)
+@helper
 def reported_index(offset, column_major, in_shape, in_strides):
     """The reported index of an in-plane offset: itself (row-major), or first-axis-fastest."""
     if not column_major:
@@ -240,7 +242,7 @@ def _positions_like_overload(indices, rows, capacity):
 # vectorises (about 0.1 ns per element).  Indexing ``src[i + shift]`` with a run-time shift
 # instead, or folding the variants into one loop with mode flags, keeps it scalar: 8x slower.
 
-@njit(cache=True, nogil=True)
+@helper
 def _copy(src, dst):
     """``dst[i] = src[i]``: a loop, not ``dst[:] = src``, whose shape check compiles numba's
     error formatting into the kernel (seconds of first-call compile time)."""
@@ -248,7 +250,7 @@ def _copy(src, dst):
         dst[i] = src[i]
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _beats(v, held):
     """Whether a later tap ``v`` replaces the ``held`` one: it is greater, or it is the first
     NaN (a held NaN stays).  As two comparisons and no branch: "not ``v <= held``" is true
@@ -257,7 +259,7 @@ def _beats(v, held):
     return (not (order_key(v) <= held_key)) & (held_key == held_key)
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _keep_first_max(later, held):
     """``held[i] = later[i]`` where that beats it: greater, or the first NaN."""
     for i in range(held.size):
@@ -267,7 +269,7 @@ def _keep_first_max(later, held):
         held[i] = v if take else h
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _first_max_of_two(earlier, later, held):
     """``held[i]`` = ``later[i]`` where it beats ``earlier[i]`` (greater, or the first NaN),
     else ``earlier[i]``."""
@@ -278,7 +280,7 @@ def _first_max_of_two(earlier, later, held):
         held[i] = v if take else h
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _first_max_of_three(earlier, middle, later, held):
     """:func:`_first_max_of_two` over three taps in one sweep (the common 3-wide kernel)."""
     for i in range(held.size):
@@ -289,7 +291,7 @@ def _first_max_of_three(earlier, middle, later, held):
         held[i] = v if _beats(v, h) else h
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _keep_first_max_at(later, held, held_index, shift):
     """:func:`_keep_first_max`, recording the winner's position (``i + shift``)."""
     for i in range(held.size):
@@ -301,7 +303,7 @@ def _keep_first_max_at(later, held, held_index, shift):
         held_index[i] = i + shift if take else h_index
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _keep_first_max_from(later, later_index, held, held_index):
     """:func:`_keep_first_max`, carrying the winner's recorded position along."""
     for i in range(held.size):
@@ -314,7 +316,7 @@ def _keep_first_max_from(later, later_index, held, held_index):
         held_index[i] = v_index if take else h_index
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _first_max_of_two_at(earlier, later, held, held_index, shift, step):
     """:func:`_first_max_of_two`, recording the winner's position: ``i + shift`` for the
     earlier tap, ``i + shift + step`` for the later one."""
@@ -326,7 +328,7 @@ def _first_max_of_two_at(earlier, later, held, held_index, shift, step):
         held_index[i] = i + shift + step if take else i + shift
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _first_max_of_two_from(earlier, earlier_index, later, later_index, held, held_index):
     """:func:`_first_max_of_two`, carrying the winner's recorded position along.
 
@@ -342,7 +344,7 @@ def _first_max_of_two_from(earlier, earlier_index, later, later_index, held, hel
         held_index[i] = v_index if take else h_index
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _first_max_of_three_at(earlier, middle, later, held, held_index, shift, step):
     """:func:`_first_max_of_two_at` over three taps in one sweep (the third at
     ``i + shift + 2*step``)."""
@@ -358,7 +360,7 @@ def _first_max_of_three_at(earlier, middle, later, held, held_index, shift, step
         held_index[i] = i + shift + 2 * step if take else h_index
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _first_max_of_three_from(earlier, earlier_index, middle, middle_index, later, later_index,
                              held, held_index):
     """:func:`_first_max_of_two_from` over three taps in one sweep."""
@@ -381,14 +383,14 @@ def _first_max_of_three_from(earlier, earlier_index, middle, middle_index, later
 # half (see :mod:`poolfold.kernels.words`); ``a_shift`` and the like select the half.  The
 # position of output j's tap t is ``base + 2*j + t``.
 
-@njit(cache=True, nogil=True)
+@helper
 def _copy_halves(a, a_shift, held):
     """``held[j]`` = the element in ``a[j] >> a_shift``: a kernel of one tap."""
     for j in range(held.size):
         held[j] = element_of_word(a[j], a_shift, held)
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _copy_halves_at(a, a_shift, held, held_index, base):
     """:func:`_copy_halves`, recording each position (``base + 2*j``)."""
     for j in range(held.size):
@@ -396,7 +398,7 @@ def _copy_halves_at(a, a_shift, held, held_index, base):
         held_index[j] = base + 2 * j
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _first_max_of_two_halves(a, a_shift, b, b_shift, held):
     """:func:`_first_max_of_two` over two taps read from words."""
     for j in range(held.size):
@@ -405,7 +407,7 @@ def _first_max_of_two_halves(a, a_shift, b, b_shift, held):
         held[j] = v if _beats(v, h) else h
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _first_max_of_two_halves_at(a, a_shift, b, b_shift, held, held_index, base):
     """:func:`_first_max_of_two_halves`, recording the winner's position."""
     for j in range(held.size):
@@ -416,7 +418,7 @@ def _first_max_of_two_halves_at(a, a_shift, b, b_shift, held, held_index, base):
         held_index[j] = base + 2 * j + 1 if take else base + 2 * j
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _first_max_of_three_halves(a, a_shift, b, b_shift, c, c_shift, held):
     """:func:`_first_max_of_three` over three taps read from words."""
     for j in range(held.size):
@@ -427,7 +429,7 @@ def _first_max_of_three_halves(a, a_shift, b, b_shift, c, c_shift, held):
         held[j] = v if _beats(v, h) else h
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _first_max_of_three_halves_at(a, a_shift, b, b_shift, c, c_shift, held, held_index, base):
     """:func:`_first_max_of_three_halves`, recording the winner's position."""
     for j in range(held.size):
@@ -442,7 +444,7 @@ def _first_max_of_three_halves_at(a, a_shift, b, b_shift, c, c_shift, held, held
         held_index[j] = base + 2 * j + 2 if take else h_index
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _keep_first_max_halves(a, a_shift, held):
     """:func:`_keep_first_max` with the later tap read from words."""
     for j in range(held.size):
@@ -451,7 +453,7 @@ def _keep_first_max_halves(a, a_shift, held):
         held[j] = v if _beats(v, h) else h
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _keep_first_max_halves_at(a, a_shift, held, held_index, position):
     """:func:`_keep_first_max_halves`, recording the winner's position
     (``position + 2*j``)."""
@@ -464,7 +466,7 @@ def _keep_first_max_halves_at(a, a_shift, held, held_index, position):
         held_index[j] = position + 2 * j if take else h_index
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, record):
     """``dst[:count]`` = the first maximum (first NaN) of ``src[start + t*step:][:count]``
     over taps t in order; unless ``dst_index`` is None their positions too, recorded as
@@ -522,7 +524,7 @@ def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, re
                                  held, held_index)
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _cut_windows_by_rows(src, src_index, dst, dst_index, rows, src_pitch, dst_pitch, at, to,
                          step, taps, record):
     """Along the last axis, one padding-cut window per row: ``dst[r*dst_pitch + to]`` gets the
@@ -550,7 +552,7 @@ def _cut_windows_by_rows(src, src_index, dst, dst_index, rows, src_pitch, dst_pi
                 dst_index[r * dst_pitch + to] = v_index if take else h_index
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, extent, kernel,
                dilations, starts, slot, cut, cut_count, record):
     """One separable pass along axis ``a`` of a staged slab of ``size`` elements, laid out as
@@ -581,7 +583,7 @@ def _axis_pass(src, src_index, dst, dst_index, size, a, inner, first, lo, hi, ex
                             at, step, hi[a, o] - lo[a, o], inner, record)
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _tap_words(words, i_lo, count, e, bits):
     """The words holding tap ``e`` (element ``2*i + e``) of outputs ``i_lo + j`` for j below
     ``count``, and the shift that brings its half down."""
@@ -590,7 +592,7 @@ def _tap_words(words, i_lo, count, e, bits):
     return words[at:at + count], np.int64(bits if high else 0)
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _pairs_pass(src, words, dst, dst_index, size, extent, first, lo, hi, kernel, cut,
                 cut_count, record):
     """The last axis at stride 2 and dilation 1, of even ``extent``: output o of row r goes to
@@ -648,7 +650,7 @@ def _pairs_pass(src, words, dst, dst_index, size, extent, first, lo, hi, kernel,
                              hi[last, o] - lo[last, o], record)
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _restart(o, o0):
     """Set the output coordinate ``o`` to the start of the slab whose first row is ``o0``."""
     for a in range(o.size):
@@ -656,7 +658,7 @@ def _restart(o, o0):
     o[0] = o0
 
 
-@njit(cache=True, nogil=True)
+@helper
 def _read_staged_row(dst, staged, row, slot_last, in_order):
     """``dst[ol]``, for a row of outputs, = the staged result of output ol: ``staged[row + ol]``
     when the last axis was staged in output order, else ``staged[row + slot_last[ol]]``.
