@@ -677,7 +677,7 @@ def _read_staged_row(dst, staged, row, slot_last, in_order):
 @njit(cache=True, nogil=True)
 def window_max_separable(x, y, indices, first, lo, hi, in_shape, out_shape, kernel, dilations,
                          column_major, empty_value, slab_rows, starts, slot, cut, cut_count,
-                         pairs, words, start, stop):
+                         pairs, in_strides, strides, words, start, stop):
     """The same contract as :func:`window_max`, computed by separable passes.
 
     ``slab_rows`` is how many outputs along the first axis are computed per slab of the plane
@@ -698,20 +698,14 @@ def window_max_separable(x, y, indices, first, lo, hi, in_shape, out_shape, kern
 
     ``starts``, ``slot``, ``cut`` and ``cut_count`` say where each axis stages its results
     (see :func:`_axis_pass` and ``poolfold.ops.max_pool.separable_staging``, which also
-    refuses plans whose cut windows do not fit, and chooses ``pairs``).  A window with no
+    refuses plans whose cut windows do not fit, and chooses ``pairs``); ``in_strides`` and
+    ``strides`` are the row-major strides of a plane and of the staged slab.  A window with no
     in-bounds tap yields ``empty_value`` (index -1), patched in at the end.
     """
     planes, plane_size = x.shape
     rank = in_shape.size
     last = rank - 1
     out_last = out_shape[last]
-    in_strides = np.ones(rank, np.int64)
-    for a in range(last - 1, -1, -1):
-        in_strides[a] = in_strides[a + 1] * in_shape[a + 1]
-    staged_last = in_shape[last] // 2 if pairs else in_shape[last]  # the staged slab's rows
-    strides = np.ones(rank, np.int64)  # ...and its strides
-    for a in range(last - 1, -1, -1):
-        strides[a] = strides[a + 1] * (staged_last if a + 1 == last else in_shape[a + 1])
     has_empty = False  # some window holds only padding
     for a in range(rank):
         for o in range(out_shape[a]):
@@ -735,7 +729,7 @@ def window_max_separable(x, y, indices, first, lo, hi, in_shape, out_shape, kern
     values = np.empty((2, capacity), x.dtype)
     positions = _positions_like(indices, 2, capacity)
     out_row = np.empty(slab_rows, np.int64)  # staged row of each output along axis 0
-    o = np.zeros(rank, np.int64)
+    o = np.empty(rank, np.int64)  # set by _restart before each use
     for p in range(start, stop):
         xp = x[p]
         plane_offset = p * plane_size

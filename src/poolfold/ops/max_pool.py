@@ -158,7 +158,17 @@ def separable_staging(plan: WindowPlan, itemsize: int):
         kept = cut_outputs[taps.lo[a, cut_outputs] < taps.hi[a, cut_outputs]]
         cut[a, :kept.size] = kept
         cut_count[a] = kept.size
-    return starts, slot, cut, cut_count, pairs
+    staged_shape = plan.in_shape[:last] + (n_last // 2 if pairs else n_last,)
+    return (starts, slot, cut, cut_count, pairs, _row_major_strides(plan.in_shape),
+            _row_major_strides(staged_shape))
+
+
+def _row_major_strides(shape) -> np.ndarray:
+    """Element strides of a C-ordered array of ``shape``, int64."""
+    strides = np.ones(len(shape), np.int64)
+    for a in range(len(shape) - 2, -1, -1):
+        strides[a] = strides[a + 1] * shape[a + 1]
+    return strides
 
 
 @functools.lru_cache(maxsize=512)
