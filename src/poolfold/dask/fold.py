@@ -28,7 +28,7 @@ from ..geometry import WindowPlan
 from ..kernels import launch
 from ..kernels.fold import fold, fold_tables
 from ..memory import check_size
-from ..ops.col2im import _fold_strings, fold_plan
+from ..ops.col2im import _fold_strings, _identity, fold_plan
 from ..ops.col2im import col2im as col2im_in_memory
 from . import _graph
 
@@ -83,10 +83,9 @@ def _fold_step(accumulator, x, l0, plan, image_planes, block_size):
                                np.float32 if dtypes.is_half(x.dtype) else x.dtype)
     if planes == 0:
         return accumulator
-    identity = dtypes.value_view(dtypes.additive_identity(x.dtype))[()]
     for start, size in reversed(grid_boxes(l0, l0 + x.shape[2], plan.out_shape)):
         launch(fold, _box_columns(columns, l0, start, size, plan.out_shape), accumulator,
-               *fold_tables(box_plan(plan, start, size)), identity, True,
+               *fold_tables(box_plan(plan, start, size)), _identity(x.dtype), True,
                np.empty((planes, 2 * plan.rank), np.int64), 0, planes)
     return accumulator
 
