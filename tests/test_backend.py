@@ -354,14 +354,14 @@ def test_reference_ops_use_poolfolds_kernels(monkeypatch):
     """The evaluator runs poolfold's planes (not its own Python loops) for MaxPool.  (The
     speed-up itself is measured by the benchmark, not asserted in a unit test.)"""
     module = importlib.import_module("poolfold.ops.max_pool")
-    original = module.pool_planes
+    original = module._PoolLaunch.__call__
     calls = []
 
     def counting(*args, **kwargs):
         calls.append(args)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(module, "pool_planes", counting)
+    monkeypatch.setattr(module._PoolLaunch, "__call__", counting)
     x = np.random.default_rng(11).standard_normal((1, 16, 12, 12)).astype(np.float32)
     model = _max_pool_model(18, TensorProto.FLOAT, dict(strides=[2, 2], pads=[0, 0, 1, 1]),
                             with_indices=False)

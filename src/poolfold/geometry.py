@@ -157,6 +157,16 @@ class WindowPlan:
     def rank(self) -> int:
         return len(self.in_shape)
 
+    def __hash__(self) -> int:
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        """Computed once: plans key the caches of every call's kernel arguments, and hashing
+        seven tuples on each lookup would cost a small call more than its kernel's launch."""
+        return hash((self.in_shape, self.kernel, self.strides, self.dilations, self.pad_begin,
+                     self.pad_end, self.out_shape))
+
     @functools.cached_property
     def dims(self) -> PlanDims:
         """Built once per plan (plans are cached), not on every call: kernels only read them."""

@@ -32,9 +32,12 @@ def check_size(label: str, what: str, shape: tuple[int, ...], dtype) -> None:
         )
 
 
-def allocate(label: str, what: str, shape: tuple[int, ...], dtype, fill=None) -> np.ndarray:
-    """``np.empty`` (or ``np.full``) of ``shape``, after :func:`check_size`."""
-    check_size(label, what, shape, dtype)
+def allocate(label: str, what: str, shape: tuple[int, ...], dtype, fill=None,
+             size_checked: bool = False) -> np.ndarray:
+    """``np.empty`` (or ``np.full``) of ``shape``, after :func:`check_size` unless the caller
+    already ran it for this shape and type (``size_checked``)."""
+    if not size_checked:
+        check_size(label, what, shape, dtype)
     try:
         if fill is None:
             return np.empty(shape, dtype)

@@ -12,6 +12,7 @@ from onnx import helper
 
 from . import schema
 from .errors import PoolfoldError
+from .kernels import kernel_threads
 from .ops import col2im, max_pool, max_unpool, nhwc
 
 # (domain, op) -> the function; node attributes map to its keywords of the same names.
@@ -73,38 +74,128 @@ def bind(domain: str, op_type: str, opset: int, attributes: dict, outputs: Seque
             f"{spec.label}: the node has {input_count} inputs; this op takes at most {most}"
         )
     wanted = [bool(name) for name in outputs]
-    function = _FUNCTIONS[(domain, op_type)]
     kwargs = dict(attributes)
     kernel_shape = kwargs.pop("kernel_shape", None)
+    if domain == schema.NHWC:  # fused activations and channels-last layout: checked per call
+        return _unprepared(spec, op_type, wanted, kernel_shape, kwargs, inferred_shape_indices)
     if op_type == "MaxPool":
-        if len(wanted) > len(spec.outputs):
-            raise PoolfoldError(
-                f"{spec.label}: the node has {len(wanted)} outputs; this version has "
-                f"{len(spec.outputs)} ({', '.join(spec.outputs)})"
-            )
-        return_indices = len(wanted) > 1 and wanted[1]
+        return_indices = _index_request(spec, wanted)
 
-        def max_pool(inputs):
+        def prepare_pool(inputs):
+            x, launch = max_pool.prepare(spec, _input(spec, inputs, 0, "X"), kernel_shape,
+                                         **kwargs, return_indices=return_indices)
+            return (x,), lambda x: _pool_outputs(launch(x), return_indices)
+
+        return _Prepared(prepare_pool, (_DATA,))
+    if op_type == "MaxUnpool":
+        def prepare_unpool(inputs):
+            output_shape = inputs[2] if len(inputs) > 2 else None
+            x, indices, launch = max_unpool.prepare(
+                spec, _input(spec, inputs, 0, "X"), _input(spec, inputs, 1, "I"), kernel_shape,
+                **kwargs, output_shape=output_shape,
+                inferred_shape_indices=inferred_shape_indices)
+            return (x, indices), lambda x, indices: [launch(x, indices)]
+
+        return _Prepared(prepare_unpool, (_DATA, _DATA, _SHAPE))
+
+    def prepare_fold(inputs):  # Col2Im
+        x, launch = col2im.prepare(spec, _input(spec, inputs, 0, "input"),
+                                   _input(spec, inputs, 1, "image_shape"),
+                                   _input(spec, inputs, 2, "block_shape"), **kwargs)
+        return (x,), lambda x: [launch(x)]
+
+    return _Prepared(prepare_fold, (_DATA, _SHAPE, _SHAPE))
+
+
+def _index_request(spec, wanted: list[bool]) -> bool:
+    """Whether a MaxPool node asks for Indices (its outputs checked against the version)."""
+    if len(wanted) > len(spec.outputs):
+        raise PoolfoldError(
+            f"{spec.label}: the node has {len(wanted)} outputs; this version has "
+            f"{len(spec.outputs)} ({', '.join(spec.outputs)})"
+        )
+    return len(wanted) > 1 and wanted[1]
+
+
+def _pool_outputs(result, return_indices: bool) -> list:
+    y, indices = result
+    return [y, indices] if return_indices else [y]
+
+
+def _unprepared(spec, op_type, wanted, kernel_shape, kwargs, inferred_shape_indices):
+    """The node as one functional call per run (the nhwc ops)."""
+    function = _FUNCTIONS[(spec.domain, op_type)]
+    if op_type == "MaxPool":
+        return_indices = _index_request(spec, wanted)
+
+        def max_pool_call(inputs):
             result = function(_input(spec, inputs, 0, "X"), kernel_shape, **kwargs,
                               return_indices=return_indices, opset=spec.version)
             return list(result) if return_indices else [result]
 
-        return max_pool
-    if op_type == "MaxUnpool":
-        def max_unpool(inputs):
-            output_shape = inputs[2] if len(inputs) > 2 else None
-            return [function(_input(spec, inputs, 0, "X"), _input(spec, inputs, 1, "I"),
-                             kernel_shape, **kwargs, output_shape=output_shape,
-                             opset=spec.version, inferred_shape_indices=inferred_shape_indices)]
+        return max_pool_call
 
-        return max_unpool
+    def max_unpool_call(inputs):
+        output_shape = inputs[2] if len(inputs) > 2 else None
+        return [function(_input(spec, inputs, 0, "X"), _input(spec, inputs, 1, "I"),
+                         kernel_shape, **kwargs, output_shape=output_shape, opset=spec.version,
+                         inferred_shape_indices=inferred_shape_indices)]
 
-    # Col2Im
-    def col2im(inputs):
-        return [function(_input(spec, inputs, 0, "input"), _input(spec, inputs, 1, "image_shape"),
-                         _input(spec, inputs, 2, "block_shape"), **kwargs, opset=spec.version)]
+    return max_unpool_call
 
-    return col2im
+
+# How an input keys a node's prepared launches: a data input by its shape and type (the
+# checks depend on nothing else), a shape input (output_shape, image_shape, block_shape) by
+# its values as well.
+_DATA, _SHAPE = "data", "shape"
+_PREPARED_SHAPES = 8  # launches a node keeps: a model meets few shapes per node
+
+
+class _Prepared:
+    """A node's calls, its checks run once per kind of input.
+
+    ``prepare(inputs)`` runs every check and returns the inputs as the kernels take them and
+    the launch to run on them.  When the checks took the data inputs as they are (no
+    conversion), the launch is kept under the inputs' key (:func:`_call_key`), and a later
+    call with the same key goes straight to it: the checks it skips depend only on what the
+    key holds.  What depends on the data itself (MaxUnpool's index range, the values of a
+    string tensor) the launch checks on every call."""
+
+    def __init__(self, prepare, kinds):
+        self._prepare = prepare
+        self._kinds = kinds
+        self._launches: dict = {}
+
+    def __call__(self, inputs: Sequence) -> list[np.ndarray]:
+        key = _call_key(inputs, self._kinds)
+        kept = self._launches.get(key) if key is not None else None
+        if kept is not None:
+            launch, count = kept
+            return launch(*inputs[:count])
+        checked, launch = self._prepare(inputs)
+        if key is not None and all(c is v for c, v in zip(checked, inputs)):
+            if len(self._launches) >= _PREPARED_SHAPES:
+                self._launches.clear()
+            self._launches[key] = (launch, len(checked))
+        return launch(*checked)
+
+
+def _call_key(inputs: Sequence, kinds) -> tuple | None:
+    """The key of a call's inputs (see :data:`_DATA`), with poolfold's thread count, which
+    launches split their work by; None when an input is not an ndarray (checked afresh)."""
+    key: list = [kernel_threads(), len(inputs)]
+    for kind, value in zip(kinds, inputs):
+        if value is None:
+            key.append(None)  # an omitted optional input
+        elif type(value) is not np.ndarray:
+            return None
+        elif kind == _DATA:
+            key.append((value.shape, value.dtype))
+        elif value.ndim == 1 and value.size <= 64:
+            key.append((value.shape, value.dtype, value.tobytes()))
+        else:
+            return None
+    return tuple(key)
 
 
 def _input(spec, inputs, position, name):

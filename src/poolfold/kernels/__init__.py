@@ -140,9 +140,11 @@ def launch(kernel, *args):
 MIN_WORK_PER_PART = 2**16
 
 
-def split_parts(count: int, work: int | None = None) -> int:
-    """How many parts :func:`launch_split` runs ``count`` planes (or elements) in."""
-    threads = kernel_threads()  # every call: a bad POOLFOLD_NUM_THREADS warns at any size
+def split_parts(count: int, work: int | None = None, threads: int | None = None) -> int:
+    """How many parts :func:`launch_split` runs ``count`` planes (or elements) in, on
+    ``threads`` threads (default: :func:`kernel_threads`)."""
+    if threads is None:
+        threads = kernel_threads()  # every call: a bad POOLFOLD_NUM_THREADS warns at any size
     if count <= 1 or (work is not None and work < 2 * MIN_WORK_PER_PART):
         return 1
     parts = min(count, threads)

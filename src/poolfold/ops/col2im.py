@@ -10,9 +10,9 @@ import numpy as np
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, int_tuple, window_plan
-from ..kernels import launch_split
+from ..kernels import kernel_threads, launch_split, split_parts
 from ..kernels.fold import fold, fold_tables
-from ..memory import allocate
+from ..memory import allocate, check_size
 from ._common import as_tensor, int64_tensor
 
 
@@ -65,6 +65,15 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
     [[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]
     """
     spec = schema.resolve("Col2Im", opset)
+    x, launch = prepare(spec, x, image_shape, block_shape, dilations=dilations, pads=pads,
+                        strides=strides)
+    return launch(x)
+
+
+def prepare(spec, x, image_shape, block_shape, *, dilations=None, pads=None, strides=None):
+    """:func:`col2im`'s checks: the input as the kernel takes it, and the :class:`FoldLaunch`
+    that folds it, which serves any input of this shape and type with the same image_shape
+    and block_shape."""
     x = as_tensor(spec, x, "input")
     image, block, attributes, plan = fold_plan(spec, x.shape, image_shape, block_shape, strides,
                                                dilations, pads)
@@ -78,31 +87,51 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
             f"dilations {list(plan.dilations)}, pads {list(attributes.pads)})"
         )
     out_shape = (x.shape[0], x.shape[1] // block_size) + image
-    if dtypes.name(x.dtype) == dtypes.STRING:
-        return _fold_strings(spec, x, plan, out_shape)
-    return _fold_numbers(spec, x, plan, out_shape)
+    return x, FoldLaunch(spec, x.dtype, plan, out_shape, x.size, kernel_threads())
 
 
-def _fold_numbers(spec, x, plan: WindowPlan, out_shape):
-    planes = out_shape[0] * out_shape[1]
-    half = dtypes.is_half(x.dtype)
-    # Half types accumulate in float32, then round once.
-    out = allocate(spec.label, "output", out_shape, np.float32 if half else x.dtype)
-    if planes == 0:
-        return out.astype(x.dtype) if half else out
-    block_size = math.prod(plan.kernel)
-    launch_split(
-        fold,
-        planes,
-        dtypes.value_view(np.ascontiguousarray(x)).reshape(planes, block_size, x.shape[2]),
-        out.reshape(planes, -1),
-        *fold_tables(plan),
-        _identity(x.dtype),
-        False,  # a fresh image: overwrite
-        np.empty((planes, 2 * plan.rank), np.int64),  # the kernel's counters
-        work=x.size + out.size,
-    )
-    return out.astype(x.dtype) if half else out
+class FoldLaunch:
+    """Everything a Col2Im call does besides touching its arrays, for one plan, type and
+    output shape: the output's size check, the kernel's tables and its parts.  A prepared
+    node keeps it (:mod:`poolfold.nodes`).  ``x_size`` is the input's number of elements."""
+
+    def __init__(self, spec, dtype, plan: WindowPlan, out_shape, x_size, threads):
+        self.spec = spec
+        self.dtype = dtype
+        self.plan = plan
+        self.out_shape = out_shape
+        self.strings = dtypes.name(dtype) == dtypes.STRING
+        self.half = dtypes.is_half(dtype)
+        # Half types accumulate in float32, then round once.
+        self.accumulator = np.float32 if self.half else dtype
+        if not self.strings:
+            check_size(spec.label, "output", out_shape, self.accumulator)
+            self.tables = fold_tables(plan)
+            self.identity = _identity(dtype)
+        self.planes = out_shape[0] * out_shape[1]
+        self.block_size = math.prod(plan.kernel)
+        self.parts = split_parts(self.planes, x_size + math.prod(out_shape), threads)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.strings:
+            return _fold_strings(self.spec, x, self.plan, self.out_shape)
+        out = allocate(self.spec.label, "output", self.out_shape, self.accumulator,
+                       size_checked=True)
+        planes = self.planes
+        if planes != 0:
+            launch_split(
+                fold,
+                planes,
+                dtypes.value_view(np.ascontiguousarray(x)).reshape(planes, self.block_size,
+                                                                   x.shape[2]),
+                out.reshape(planes, -1),
+                *self.tables,
+                self.identity,
+                False,  # a fresh image: overwrite
+                np.empty((planes, 2 * self.plan.rank), np.int64),  # the kernel's counters
+                parts=self.parts,
+            )
+        return out.astype(x.dtype) if self.half else out
 
 
 @functools.lru_cache(maxsize=64)

@@ -10,10 +10,10 @@ import numpy as np
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, window_plan
-from ..kernels import launch_split, split_parts
+from ..kernels import kernel_threads, launch_split, split_parts
 from ..kernels.window_max import window_max, window_max_separable
 from ..kernels.words import has_words, words_view
-from ..memory import allocate
+from ..memory import allocate, check_size
 from ._common import as_tensor, flag
 
 
@@ -105,11 +105,22 @@ def max_pool(
     ([[5.0, 7.0], [13.0, 15.0]], [[5, 7], [13, 15]])
     """
     spec = schema.resolve("MaxPool", opset)
+    x, launch = prepare(spec, x, kernel_shape, strides=strides, pads=pads, dilations=dilations,
+                        auto_pad=auto_pad, ceil_mode=ceil_mode, storage_order=storage_order,
+                        return_indices=return_indices)
+    y, indices = launch(x)
+    return (y, indices) if return_indices else y
+
+
+def prepare(spec, x, kernel_shape, *, strides=None, pads=None, dilations=None,
+            auto_pad="NOTSET", ceil_mode=False, storage_order=0, return_indices=False):
+    """:func:`max_pool`'s checks: X as the kernels take it, and the launch that pools it into
+    ``(Y, Indices or None)``, which serves any X of this shape and type."""
     storage_order = check_index_request(spec, storage_order, return_indices)
     x = as_tensor(spec, x, "X")
     plan = resolve_plan(spec, x.shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
-    y, indices = pool_planes(spec.label, x, plan, return_indices, storage_order)
-    return (y, indices) if return_indices else y
+    return x, _pool_launch(spec.label, x.shape[:2], x.dtype, plan, return_indices,
+                           storage_order, -1, kernel_threads())
 
 
 @functools.lru_cache(maxsize=512)
@@ -216,42 +227,63 @@ def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: boo
     ``slab_rows`` -1 lets :func:`_separable_slab` choose between the kernels; tests force the
     direct scan (None) or the separable passes with a given slab height, which are still
     refused for a plan they cannot stage (:func:`separable_staging`)."""
-    out_shape = x.shape[:2] + plan.out_shape
-    y = allocate(label, "Y", out_shape, x.dtype)
-    indices = allocate(label, "Indices", out_shape, np.int64) if return_indices else None
-    planes = x.shape[0] * x.shape[1]
-    if planes == 0:
+    launch = _pool_launch(label, x.shape[:2], x.dtype, plan, return_indices, storage_order,
+                          slab_rows, kernel_threads())
+    return launch(x)
+
+
+class _PoolLaunch:
+    """Everything a MaxPool call does besides touching its arrays, for one plan, (N, C),
+    type, output choice and thread count: the outputs' size check, the kernel, its tables and
+    its parts.  Built once (:func:`_pool_launch`), as a model repeats its calls: these
+    choices cost a small call more than its kernel does."""
+
+    def __init__(self, label, nc, dtype, plan, return_indices, storage_order, slab_rows,
+                 threads):
+        self.label = label
+        self.dtype = dtype
+        self.out_shape = tuple(nc) + plan.out_shape
+        check_size(label, "Y", self.out_shape, dtype)
+        if return_indices:
+            check_size(label, "Indices", self.out_shape, np.int64)
+        self.return_indices = return_indices
+        self.planes = nc[0] * nc[1]
+        taps, dims = plan.taps, plan.dims
+        self.tables = (taps.first, taps.lo, taps.hi, *dims, storage_order == 1,
+                       _empty_value(dtype))
+        in_size, out_size = math.prod(plan.in_shape), math.prod(plan.out_shape)
+        work = self.planes * (in_size + out_size * (2 if return_indices else 1))
+        self.parts = split_parts(self.planes, work, threads)  # one group of planes per thread
+        item_bytes = dtype.itemsize + (8 if return_indices else 0)
+        if slab_rows == -1:
+            slab_rows = _separable_slab(plan, item_bytes, self.parts,
+                                        self.planes * out_size * item_bytes)
+        # None: the direct scan (whatever chose the passes, they cannot stage this plan)
+        self.staging = separable_staging(plan, dtype.itemsize) if slab_rows is not None \
+            else None
+        self.slab_rows = slab_rows
+
+    def __call__(self, x: np.ndarray):
+        y = allocate(self.label, "Y", self.out_shape, self.dtype, size_checked=True)
+        indices = allocate(self.label, "Indices", self.out_shape, np.int64, size_checked=True) \
+            if self.return_indices else None
+        planes = self.planes
+        if planes == 0:
+            return y, indices
+        xs = dtypes.value_view(np.ascontiguousarray(x).reshape(planes, -1))
+        index_rows = indices.reshape(planes, -1) if indices is not None else None
+        arguments = (xs, dtypes.value_view(y.reshape(planes, -1)), index_rows,  # None: no index code
+                     *self.tables)
+        if self.staging is not None:
+            launch_split(window_max_separable, planes, *arguments, self.slab_rows,
+                         *self.staging, words_view(xs), parts=self.parts)
+        else:
+            launch_split(window_max, planes, *arguments, parts=self.parts)
         return y, indices
-    xs = dtypes.value_view(np.ascontiguousarray(x).reshape(planes, -1))
-    ys = dtypes.value_view(y.reshape(planes, -1))
-    taps, dims = plan.taps, plan.dims
-    arguments = (
-        xs,
-        ys,
-        indices.reshape(planes, -1) if return_indices else None,  # None: no index code
-        taps.first,
-        taps.lo,
-        taps.hi,
-        dims.in_shape,
-        dims.out_shape,
-        dims.kernel,
-        dims.dilations,
-        storage_order == 1,
-        _empty_value(x.dtype),
-    )
-    work = x.size + y.size * (2 if return_indices else 1)
-    parts = split_parts(planes, work)  # one group of planes per thread
-    item_bytes = x.itemsize + (8 if return_indices else 0)
-    output_bytes = y.nbytes + (indices.nbytes if return_indices else 0)
-    if slab_rows == -1:
-        slab_rows = _separable_slab(plan, item_bytes, parts, output_bytes)
-    staging = separable_staging(plan, x.itemsize) if slab_rows is not None else None
-    if staging is not None:  # else the passes cannot stage this plan, whatever chose them
-        launch_split(window_max_separable, planes, *arguments, slab_rows, *staging,
-                     words_view(xs), parts=parts)
-    else:
-        launch_split(window_max, planes, *arguments, parts=parts)
-    return y, indices
+
+
+# A model's calls repeat; each entry holds only references to its plan's cached tables.
+_pool_launch = functools.lru_cache(maxsize=256)(_PoolLaunch)
 
 
 @functools.lru_cache(maxsize=64)

@@ -9,7 +9,7 @@ import numpy as np
 from .. import activations, dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, unpooled_shape
-from ..kernels import launch, launch_split
+from ..kernels import kernel_threads, launch, launch_split, split_parts
 from ..kernels.scatter import first_out_of_range, scatter_ordered, scatter_planes
 from ..memory import allocate, check_size
 from ._common import as_tensor, int64_tensor
@@ -51,12 +51,12 @@ def _output_shape(spec, x_shape, output_shape) -> tuple[int, ...]:
     return shape
 
 
-def _check_range(spec, indices: np.ndarray, total: int, out_shape, space="the output"):
+def _check_range(label: str, indices: np.ndarray, total: int, out_shape, space="the output"):
     """Raise for the first index (row-major in I) outside ``[0, total)``."""
     position = launch(first_out_of_range, np.ascontiguousarray(indices).reshape(-1), total)
     if position >= 0:
         raise PoolfoldError(
-            f"{spec.label}: input 'I' holds index {int(indices.flat[position])} at position "
+            f"{label}: input 'I' holds index {int(indices.flat[position])} at position "
             f"{tuple(int(i) for i in np.unravel_index(position, indices.shape))}, outside the "
             f"valid range [0, {total}) of {space} {tuple(out_shape)}"
         )
@@ -65,7 +65,8 @@ def _check_range(spec, indices: np.ndarray, total: int, out_shape, space="the ou
 def _from_inferred_space(spec, indices, inferred_shape, out_shape):
     """Re-express indices given as flat positions in ``inferred_shape`` as flat positions in
     ``out_shape``, the inferred block being pasted at the output's origin."""
-    _check_range(spec, indices, math.prod(inferred_shape), inferred_shape, "the inferred shape")
+    _check_range(spec.label, indices, math.prod(inferred_shape), inferred_shape,
+                 "the inferred shape")
     coords = np.unravel_index(indices, inferred_shape)
     outside = np.zeros(indices.shape, bool)
     for axis in range(2, len(out_shape)):
@@ -113,12 +114,24 @@ def max_unpool(
     [[0.0, 0.0, 0.0, 0.0], [0.0, 5.0, 0.0, 6.0], [0.0, 0.0, 0.0, 0.0], [0.0, 7.0, 0.0, 8.0]]
     """
     spec = schema.resolve("MaxUnpool", opset)
+    x, indices, launch = prepare(spec, x, indices, kernel_shape, strides=strides, pads=pads,
+                                 output_shape=output_shape,
+                                 inferred_shape_indices=inferred_shape_indices)
+    return launch(x, indices)
+
+
+def prepare(spec, x, indices, kernel_shape, *, strides=None, pads=None, output_shape=None,
+            inferred_shape_indices=False):
+    """:func:`max_unpool`'s checks: X and I as the kernel takes them (I as flat positions in
+    the output), and the :class:`UnpoolLaunch` that scatters them.  The launch serves any X
+    and I of these shapes and types, with the same output_shape."""
     x = as_tensor(spec, x, "X")
     indices, out_shape = resolve_indices(
         spec, x.shape, x.dtype, indices, kernel_shape, strides, pads, output_shape,
         inferred_shape_indices,
     )
-    return unpool_planes(spec, x, indices, out_shape)
+    return x, indices, UnpoolLaunch(spec.label, x.dtype, out_shape, activations.NONE, False,
+                                    x.size, kernel_threads())
 
 
 def resolve_indices(spec, shape, dtype, indices, kernel_shape, strides, pads, output_shape,
@@ -150,30 +163,50 @@ def unpool_planes(spec, x: np.ndarray, indices: np.ndarray, out_shape,
 
     ``out_shape`` and I are NCHW-ordered.  With ``channels_last``, X is ``(N, spatial..., C)``
     and so is the result; the fused ``activation`` applies to every element of the result."""
-    n, c = out_shape[:2]
-    shape = (n,) + tuple(out_shape[2:]) + (c,) if channels_last else tuple(out_shape)
-    y = allocate(spec.label, "output", shape, x.dtype)
-    fill = activation.scalar(np.zeros((), x.dtype))
-    if x.size == 0:
-        y[...] = fill
+    return UnpoolLaunch(spec.label, x.dtype, out_shape, activation, channels_last,
+                        x.size, kernel_threads())(x, indices)
+
+
+class UnpoolLaunch:
+    """Everything a MaxUnpool call does besides touching its arrays, for one output shape,
+    type, activation and layout: the output's size check, the fill value and the parts.  A
+    prepared node keeps it (:mod:`poolfold.nodes`); the range of I is checked on every call,
+    by the kernel.  ``x_size`` is X's number of elements."""
+
+    def __init__(self, label, dtype, out_shape, activation, channels_last, x_size, threads):
+        n, c = out_shape[:2]
+        self.label = label
+        self.dtype = dtype
+        self.out_shape = tuple(out_shape)  # NCHW
+        self.shape = (n,) + self.out_shape[2:] + (c,) if channels_last else self.out_shape
+        check_size(label, "output", self.shape, dtype)
+        self.channels_last = channels_last
+        self.fill = activation.scalar(np.zeros((), dtype))
+        self.fill_bits = dtypes.bits_view(self.fill)[()]
+        self.act = (activation.code, activation.params, activation.table)
+        self.parts = split_parts(n * c, 2 * x_size + math.prod(self.shape), threads)
+
+    def __call__(self, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        y = allocate(self.label, "output", self.shape, self.dtype, size_checked=True)
+        if x.size == 0:
+            y[...] = self.fill
+            return y
+        n, c = self.out_shape[:2]
+        index_planes = np.ascontiguousarray(indices).reshape(n, c, -1)
+        xs = dtypes.bits_view(np.ascontiguousarray(x))
+        ys = dtypes.bits_view(y)
+        if self.channels_last:  # (N, C, S) views of the channels-last memory: no copies
+            xs = xs.reshape(n, -1, c).transpose(0, 2, 1)
+            ys = ys.reshape(n, -1, c).transpose(0, 2, 1)
+        else:
+            xs = xs.reshape(n, c, -1)
+            ys = ys.reshape(n, c, -1)
+        foreign = np.empty(n * c, np.int64)  # per plane, where it met an index outside it
+        launch_split(scatter_planes, n * c, xs, index_planes, ys, self.fill_bits, *self.act,
+                     foreign, parts=self.parts)
+        if foreign.max() >= 0:
+            # Some index leaves its plane: check them all, then one ordered pass.
+            _check_range(self.label, indices, math.prod(self.out_shape), self.out_shape)
+            ys[...] = self.fill_bits
+            launch(scatter_ordered, xs, index_planes, ys, *self.act)
         return y
-    index_planes = np.ascontiguousarray(indices).reshape(n, c, -1)
-    xs = dtypes.bits_view(np.ascontiguousarray(x))
-    ys = dtypes.bits_view(y)
-    if channels_last:  # (N, C, S) views of the channels-last memory: no copies
-        xs = xs.reshape(n, -1, c).transpose(0, 2, 1)
-        ys = ys.reshape(n, -1, c).transpose(0, 2, 1)
-    else:
-        xs = xs.reshape(n, c, -1)
-        ys = ys.reshape(n, c, -1)
-    fill_bits = dtypes.bits_view(fill)[()]
-    act = (activation.code, activation.params, activation.table)
-    foreign = np.empty(n * c, np.int64)  # per plane, where it met an index outside it
-    launch_split(scatter_planes, n * c, xs, index_planes, ys, fill_bits, *act, foreign,
-                 work=2 * x.size + y.size)
-    if (foreign >= 0).any():
-        # Some index leaves its plane: check them all, then one ordered pass.
-        _check_range(spec, indices, math.prod(out_shape), out_shape)
-        ys[...] = fill_bits
-        launch(scatter_ordered, xs, index_planes, ys, *act)
-    return y
