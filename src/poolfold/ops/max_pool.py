@@ -259,9 +259,9 @@ class _PoolLaunch:
             slab_rows = _separable_slab(plan, item_bytes, self.parts,
                                         self.planes * out_size * item_bytes)
         # None: the direct scan (whatever chose the passes, they cannot stage this plan)
-        self.staging = separable_staging(plan, dtype.itemsize) if slab_rows is not None \
-            else None
-        self.slab_rows = slab_rows
+        staging = separable_staging(plan, dtype.itemsize) if slab_rows is not None else None
+        self.separable = None if staging is None else (slab_rows, *staging)
+        self.value_type = dtypes.value_view(np.empty(0, dtype)).dtype
 
     def __call__(self, x: np.ndarray):
         y = allocate(self.label, "Y", self.out_shape, self.dtype, size_checked=True)
@@ -270,13 +270,13 @@ class _PoolLaunch:
         planes = self.planes
         if planes == 0:
             return y, indices
-        xs = dtypes.value_view(np.ascontiguousarray(x).reshape(planes, -1))
+        xs = np.ascontiguousarray(x).reshape(planes, -1).view(self.value_type)
         index_rows = indices.reshape(planes, -1) if indices is not None else None
-        arguments = (xs, dtypes.value_view(y.reshape(planes, -1)), index_rows,  # None: no index code
+        arguments = (xs, y.reshape(planes, -1).view(self.value_type), index_rows,  # None: no index code
                      *self.tables)
-        if self.staging is not None:
-            launch_split(window_max_separable, planes, *arguments, self.slab_rows,
-                         *self.staging, words_view(xs), parts=self.parts)
+        if self.separable is not None:
+            launch_split(window_max_separable, planes, *arguments, *self.separable,
+                         words_view(xs), parts=self.parts)
         else:
             launch_split(window_max, planes, *arguments, parts=self.parts)
         return y, indices
