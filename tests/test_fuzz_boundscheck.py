@@ -27,6 +27,7 @@ PROPERTY_TESTS = [
     "tests/test_max_pool.py::test_matches_oracle_per_rank",
     "tests/test_max_pool.py::test_matches_oracle_big_pads_and_dilations",
     "tests/test_max_pool.py::test_each_kernel_path_matches_oracle",
+    "tests/test_window_kernels.py::test_tiling_windows_match_the_oracle",
     "tests/test_max_unpool.py::test_without_output_shape_matches_oracle",
     "tests/test_max_unpool.py::test_with_output_shape_matches_oracle",
     "tests/test_max_unpool.py::test_round_trip",

@@ -1,6 +1,7 @@
-"""Both MaxPool kernels (direct scan and separable passes, at every slab height) against the
-oracle, bit for bit.  The public API picks one by a cost rule that tiny test tensors always
-resolve to the direct scan, so the separable kernel is driven here directly."""
+"""The MaxPool kernels (direct scan, separable passes at every slab height, and the fused
+kernel for windows that tile the input) against the oracle, bit for bit.  The public API picks
+one by a cost rule that tiny test tensors always resolve to the direct scan, so the separable
+kernel is driven here directly."""
 
 import ml_dtypes
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 import oracle
 from poolfold.geometry import WindowAttributes, window_plan
-from poolfold.ops.max_pool import pool_planes
+from poolfold.ops.max_pool import pool_planes, tiles_fit
 
 DTYPES = [np.float16, np.float32, np.float64, np.int8, np.uint8, ml_dtypes.bfloat16]
 
@@ -113,3 +114,54 @@ def test_separable_paths_match_the_oracle(dtype, spatial, kernel, strides, pads,
             assert np.array_equal(i, want_i), (rows, storage_order)
         y_only, _ = pool_planes("t", x, plan, False, 0, slab_rows=rows)
         assert np.array_equal(y_only.view(bits), want_y.view(bits)), rows
+
+
+@st.composite
+def tiling_cases(draw):
+    """2-wide windows at stride 2 on every axis: mostly tiling the input (the fused kernel),
+    some cut by padding, ceil mode or an odd last dim (the other kernels)."""
+    rank = draw(st.integers(2, 4))
+    shape = [draw(st.integers(1, 6)) for _ in range(rank)]
+    if draw(st.booleans()):
+        shape[-1] = 2 * draw(st.integers(1, 4))
+    pads = [0] * (2 * rank) if draw(st.integers(0, 3)) else \
+        [draw(st.integers(0, 1)) for _ in range(2 * rank)]
+    dtype = np.dtype(draw(st.sampled_from(DTYPES)))
+    planes = draw(st.integers(1, 4))
+    size = planes * int(np.prod(shape))
+    values = np.array(draw(st.lists(st.integers(-2, 2), min_size=size, max_size=size)))
+    x = values.reshape([1, planes] + shape).astype(np.float64)
+    if dtype.kind == "f" or dtype == ml_dtypes.bfloat16:
+        for v in draw(st.lists(st.sampled_from([np.nan, -0.0, np.inf, -np.inf]), max_size=3)):
+            x.flat[draw(st.integers(0, x.size - 1))] = v
+    return x.astype(dtype), pads, draw(st.booleans())
+
+
+@settings(max_examples=150, deadline=None)
+@given(tiling_cases())
+def test_tiling_windows_match_the_oracle(case):
+    """The fused kernel for windows that tile the input, chosen whenever they do."""
+    x, pads, ceil_mode = case
+    rank = x.ndim - 2
+    kernel = strides = [2] * rank
+    attributes = WindowAttributes.validate("t", rank, kernel, strides, None, pads)
+    try:
+        plan = window_plan("t", x.shape[2:], attributes, ceil_mode=ceil_mode)
+    except ValueError:
+        return  # no window fits: covered by the error tests
+    inside = all(before == 0 and 2 * out <= n for before, out, n in
+                 zip(plan.pad_begin, plan.out_shape, plan.in_shape))
+    assert tiles_fit(plan, x.itemsize) == (inside and x.shape[-1] % 2 == 0
+                                           and x.itemsize <= 4)
+    want_y, want_i = oracle.max_pool(x, kernel, strides=strides, pads=pads,
+                                     ceil_mode=ceil_mode)
+    bits = np.dtype(f"u{x.dtype.itemsize}")
+    y, i = pool_planes("t", x, plan, True, 0)
+    assert np.array_equal(y.view(bits), want_y.view(bits)), (y, want_y)
+    assert np.array_equal(i, want_i), (i, want_i)
+    y_only, _ = pool_planes("t", x, plan, False, 0)
+    assert np.array_equal(y_only.view(bits), want_y.view(bits))
+    _, column_major = pool_planes("t", x, plan, True, 1)  # another kernel: first axis fastest
+    np.testing.assert_array_equal(
+        column_major, oracle.max_pool(x, kernel, strides=strides, pads=pads,
+                                      ceil_mode=ceil_mode, storage_order=1)[1])

@@ -825,3 +825,104 @@ def window_max_separable(x, y, indices, first, lo, hi, in_shape, out_shape, kern
                         indices[p, q] = plane_offset + reported_index(
                             indices[p, q] - plane_offset, True, in_shape, in_strides)
                     next_in_shape(o, out_shape, rank)
+
+
+# Windows that tile the input: kernel 2, stride 2, dilation 1 on every axis, none cut by
+# padding or by the end of an axis.  The commonest pool (2x2 or 2x2x2 at stride 2), which a
+# single fused pass serves better than the separable passes: output row r of a plane reads
+# 2**(rank-1) input rows, each a stream of words holding its outputs' pairs of taps, folded
+# two rows per sweep straight into Y.
+
+@helper
+def _tile_rows(upper, lower, held, held_index, upper_at, lower_at, shift_even, shift_odd,
+               fold):
+    """Fold the four taps of each output j, ``upper[j]`` then ``lower[j]`` (each a word of
+    two elements), in that order into ``held[j]`` (after what it holds, with ``fold``); unless
+    ``held_index`` is None, the winner's position too: ``upper_at + 2*j`` (+1 for the odd
+    element), ``lower_at + 2*j`` (+1)."""
+    if held_index is None:
+        for j in range(held.size):
+            h = element_of_word(upper[j], shift_even, held)
+            if fold:
+                v = h
+                h = held[j]
+                h = v if _beats(v, h) else h
+            v = element_of_word(upper[j], shift_odd, held)
+            h = v if _beats(v, h) else h
+            v = element_of_word(lower[j], shift_even, held)
+            h = v if _beats(v, h) else h
+            v = element_of_word(lower[j], shift_odd, held)
+            held[j] = v if _beats(v, h) else h
+        return
+    for j in range(held.size):
+        h = element_of_word(upper[j], shift_even, held)
+        h_index = upper_at + 2 * j
+        if fold:
+            v = h
+            h = held[j]
+            v_index = h_index
+            h_index = held_index[j]  # loaded before the select, or it stays scalar
+            take = _beats(v, h)
+            h = v if take else h
+            h_index = v_index if take else h_index
+        v = element_of_word(upper[j], shift_odd, held)
+        take = _beats(v, h)
+        h = v if take else h
+        h_index = upper_at + 2 * j + 1 if take else h_index
+        v = element_of_word(lower[j], shift_even, held)
+        take = _beats(v, h)
+        h = v if take else h
+        h_index = lower_at + 2 * j if take else h_index
+        v = element_of_word(lower[j], shift_odd, held)
+        take = _beats(v, h)
+        held[j] = v if take else h
+        held_index[j] = lower_at + 2 * j + 1 if take else h_index
+
+
+@njit(cache=True, nogil=True)
+def window_max_tiles(x, y, indices, in_shape, out_shape, words, start, stop):
+    """The contract of :func:`window_max` (row-major indices) for windows that tile the
+    input (see above), rank >= 2, the last dim even, ``words`` the planes of ``x`` as words of
+    two elements (:func:`poolfold.kernels.words.words_view`).
+
+    The window's rows come in row-major order of their offsets along the axes but the last,
+    two per sweep: the two differ only along the last-but-one axis.  Each sweep keeps the
+    first maximum (first NaN) of its taps after what the earlier sweeps kept, so the result
+    is the first in window order, exactly as a direct scan."""
+    planes, plane_size = x.shape
+    rank = in_shape.size
+    last = rank - 1
+    half_row = in_shape[last] // 2  # words per input row
+    out_last = out_shape[last]
+    out_rows = y.shape[1] // out_last if out_last else 0
+    bits = 8 * x.itemsize
+    shift_even = np.int64(bits if EVEN_IS_HIGH else 0)
+    shift_odd = np.int64(0 if EVEN_IS_HIGH else bits)
+    row_stride = np.empty(last, np.int64)  # input rows between neighbours along each axis
+    stride = 1
+    for a in range(last - 1, -1, -1):
+        row_stride[a] = stride
+        stride *= in_shape[a]
+    o = np.empty(last, np.int64)  # the output row's coordinate along the axes but the last
+    for p in range(start, stop):
+        wp = words[p]
+        yp = y[p]
+        plane_at = p * plane_size
+        for a in range(last):
+            o[a] = 0
+        for r in range(out_rows):
+            first_row = 0
+            for a in range(last):
+                first_row += 2 * o[a] * row_stride[a]
+            held = yp[r * out_last:(r + 1) * out_last]
+            held_index = _part_of(_rows_of(indices, p), r * out_last, (r + 1) * out_last)
+            for t in range(0, 1 << last, 2):  # t: the row's offsets as bits, axis 0 highest
+                row = first_row
+                for a in range(last - 1):
+                    row += ((t >> (last - 1 - a)) & 1) * row_stride[a]
+                upper = row * half_row
+                lower = upper + half_row  # one row on along the last-but-one axis
+                _tile_rows(wp[upper:upper + out_last], wp[lower:lower + out_last], held,
+                           held_index, plane_at + 2 * upper, plane_at + 2 * lower, shift_even,
+                           shift_odd, t > 0)
+            next_in_shape(o, out_shape, last)

@@ -11,7 +11,7 @@ from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, window_plan
 from ..kernels import kernel_threads, launch_split, split_parts
-from ..kernels.window_max import window_max, window_max_separable
+from ..kernels.window_max import window_max, window_max_separable, window_max_tiles
 from ..kernels.words import has_words, words_view
 from ..memory import allocate, check_size
 from ._common import as_tensor, flag
@@ -121,6 +121,19 @@ def prepare(spec, x, kernel_shape, *, strides=None, pads=None, dilations=None,
     plan = resolve_plan(spec, x.shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
     return x, _pool_launch(spec.label, x.shape[:2], x.dtype, plan, return_indices,
                            storage_order, -1, kernel_threads())
+
+
+@functools.lru_cache(maxsize=512)
+def tiles_fit(plan: WindowPlan, itemsize: int) -> bool:
+    """Whether the windows tile the input (kernel 2, stride 2, dilation 1 on every axis,
+    none cut by padding or by an axis's end), over at least two axes with an even last dim,
+    of elements that pair into words: ``poolfold.kernels.window_max.window_max_tiles``."""
+    if plan.rank < 2 or plan.in_shape[-1] % 2 or not has_words(itemsize):
+        return False
+    return all(k == 2 and s == 2 and d == 1 and before == 0 and 2 * out <= n
+               for k, s, d, before, out, n in zip(plan.kernel, plan.strides, plan.dilations,
+                                                  plan.pad_begin, plan.out_shape,
+                                                  plan.in_shape))
 
 
 @functools.lru_cache(maxsize=512)
@@ -255,6 +268,9 @@ class _PoolLaunch:
         work = self.planes * (in_size + out_size * (2 if return_indices else 1))
         self.parts = split_parts(self.planes, work, threads)  # one group of planes per thread
         item_bytes = dtype.itemsize + (8 if return_indices else 0)
+        # Windows that tile the input: one fused pass (tests force the other kernels by
+        # giving slab_rows).
+        self.tiles = slab_rows == -1 and storage_order == 0 and tiles_fit(plan, dtype.itemsize)
         if slab_rows == -1:
             slab_rows = _separable_slab(plan, item_bytes, self.parts,
                                         self.planes * out_size * item_bytes)
@@ -272,8 +288,13 @@ class _PoolLaunch:
             return y, indices
         xs = np.ascontiguousarray(x).reshape(planes, -1).view(self.value_type)
         index_rows = indices.reshape(planes, -1) if indices is not None else None
-        arguments = (xs, y.reshape(planes, -1).view(self.value_type), index_rows,  # None: no index code
-                     *self.tables)
+        ys = y.reshape(planes, -1).view(self.value_type)
+        if self.tiles:
+            dims = self.tables[3:5]  # in_shape, out_shape
+            launch_split(window_max_tiles, planes, xs, ys, index_rows, *dims, words_view(xs),
+                         parts=self.parts)
+            return y, indices
+        arguments = (xs, ys, index_rows, *self.tables)  # index_rows None: no index code
         if self.separable is not None:
             launch_split(window_max_separable, planes, *arguments, *self.separable,
                          words_view(xs), parts=self.parts)
