@@ -118,9 +118,10 @@ def test_startup_cases_cover_every_op_dtype_and_indices():
         _args("--startup-case", "col2im-float16", "--startup-case", "col2im-float16")
     ) == ["col2im-float16"]
     assert not args.startup and not args.startup_all
-    pools = {(c.dtype, c.indices) for c in startup.ALL_CASES if c.op == "MaxPool"}
-    assert pools == {(d, i) for d in ("float32", "float16", "float64", "int8", "uint8",
-                                      "bfloat16") for i in (False, True)}
+    every = {(d, i) for d in ("float32", "float16", "float64", "int8", "uint8", "bfloat16")
+             for i in (False, True)}
+    for op in ("MaxPool", "MaxPool 2x2"):  # the separable kernel's pool, and the fused one's
+        assert {(c.dtype, c.indices) for c in startup.ALL_CASES if c.op == op} == every
     assert {"maxunpool-float32", "col2im-float32"} <= set(startup.CASES)
     assert set(startup.DEFAULT_CASES) <= set(startup.CASES)
 
