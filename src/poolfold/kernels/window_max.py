@@ -18,7 +18,7 @@ from . import helper
 
 from .odometer import next_in_ranges, next_in_shape
 from .ordering import is_nan, order_key
-from .words import EVEN_IS_HIGH, element_of_word
+from .words import EVEN_IS_HIGH, element_bits, element_of_word
 
 
 @helper
@@ -828,101 +828,127 @@ def window_max_separable(x, y, indices, first, lo, hi, in_shape, out_shape, kern
 
 
 # Windows that tile the input: kernel 2, stride 2, dilation 1 on every axis, none cut by
-# padding or by the end of an axis.  The commonest pool (2x2 or 2x2x2 at stride 2), which a
-# single fused pass serves better than the separable passes: output row r of a plane reads
-# 2**(rank-1) input rows, each a stream of words holding its outputs' pairs of taps, folded
-# two rows per sweep straight into Y.
+# padding or by the end of an axis, over two or three axes.  The commonest pools (2x2 and
+# 2x2x2 at stride 2), which one fused pass serves better than the separable passes: output
+# row r of a plane reads the 2 (or 4) input rows of its windows, each a stream of words
+# holding its outputs' pairs of taps, and folds them in window order straight into Y.
+#
+# The sweeps are written out in the kernel, not called as helpers: over rows of a few dozen
+# outputs, a helper's loop ran 1.5x slower (each call passes its row views as new array
+# references, which numba counts in and out, and LLVM vectorised the helper's loop on its
+# own behind checks that the views do not overlap, paid on every call).
 
 @helper
-def _tile_rows(upper, lower, held, held_index, upper_at, lower_at, shift_even, shift_odd,
-               fold):
-    """Fold the four taps of each output j, ``upper[j]`` then ``lower[j]`` (each a word of
-    two elements), in that order into ``held[j]`` (after what it holds, with ``fold``); unless
-    ``held_index`` is None, the winner's position too: ``upper_at + 2*j`` (+1 for the odd
-    element), ``lower_at + 2*j`` (+1)."""
-    if held_index is None:
-        for j in range(held.size):
-            h = element_of_word(upper[j], shift_even, held)
-            if fold:
-                v = h
-                h = held[j]
-                h = v if _beats(v, h) else h
-            v = element_of_word(upper[j], shift_odd, held)
-            h = v if _beats(v, h) else h
-            v = element_of_word(lower[j], shift_even, held)
-            h = v if _beats(v, h) else h
-            v = element_of_word(lower[j], shift_odd, held)
-            held[j] = v if _beats(v, h) else h
-        return
-    for j in range(held.size):
-        h = element_of_word(upper[j], shift_even, held)
-        h_index = upper_at + 2 * j
-        if fold:
-            v = h
-            h = held[j]
-            v_index = h_index
-            h_index = held_index[j]  # loaded before the select, or it stays scalar
-            take = _beats(v, h)
-            h = v if take else h
-            h_index = v_index if take else h_index
-        v = element_of_word(upper[j], shift_odd, held)
-        take = _beats(v, h)
-        h = v if take else h
-        h_index = upper_at + 2 * j + 1 if take else h_index
-        v = element_of_word(lower[j], shift_even, held)
-        take = _beats(v, h)
-        h = v if take else h
-        h_index = lower_at + 2 * j if take else h_index
-        v = element_of_word(lower[j], shift_odd, held)
-        take = _beats(v, h)
-        held[j] = v if take else h
-        held_index[j] = lower_at + 2 * j + 1 if take else h_index
+def _pair_max(word, shift_even, shift_odd, like):
+    """The first maximum (first NaN) of the even then the odd element of ``word``."""
+    h = element_of_word(word, shift_even, like)
+    v = element_of_word(word, shift_odd, like)
+    return v if _beats(v, h) else h
+
+
+@helper
+def _pair_max_at(word, shift_even, shift_odd, like, at):
+    """:func:`_pair_max`, with its position: the pair's elements are at ``at``, ``at + 1``."""
+    h = element_of_word(word, shift_even, like)
+    v = element_of_word(word, shift_odd, like)
+    take = _beats(v, h)
+    return (v if take else h), (at + 1 if take else at)
+
+
+@helper
+def _then_pair(word, shift_even, shift_odd, like, h):
+    """The first maximum (first NaN) of ``h``, then the even and odd element of ``word``."""
+    v = element_of_word(word, shift_even, like)
+    h = v if _beats(v, h) else h
+    v = element_of_word(word, shift_odd, like)
+    return v if _beats(v, h) else h
+
+
+@helper
+def _then_pair_at(word, shift_even, shift_odd, like, h, h_index, at):
+    """:func:`_then_pair`, with positions: the pair's elements are at ``at`` and ``at + 1``."""
+    v = element_of_word(word, shift_even, like)
+    take = _beats(v, h)
+    h = v if take else h
+    h_index = at if take else h_index
+    v = element_of_word(word, shift_odd, like)
+    take = _beats(v, h)
+    return (v if take else h), (at + 1 if take else h_index)
 
 
 @njit(cache=True, nogil=True)
 def window_max_tiles(x, y, indices, in_shape, out_shape, words, start, stop):
     """The contract of :func:`window_max` (row-major indices) for windows that tile the
-    input (see above), rank >= 2, the last dim even, ``words`` the planes of ``x`` as words of
-    two elements (:func:`poolfold.kernels.words.words_view`).
+    input (see above), rank 2 or 3, the last dim even, ``words`` the planes of ``x`` as words
+    of two elements (:func:`poolfold.kernels.words.words_view`).
 
-    The window's rows come in row-major order of their offsets along the axes but the last,
-    two per sweep: the two differ only along the last-but-one axis.  Each sweep keeps the
-    first maximum (first NaN) of its taps after what the earlier sweeps kept, so the result
-    is the first in window order, exactly as a direct scan."""
+    Output j of a row folds, in window order: row 0's pair j (its even element first), then
+    row 1's, and with three axes rows 2 and 3 (the window's rows in row-major order of their
+    offsets).  Each step keeps the first maximum (first NaN), exactly as a direct scan."""
     planes, plane_size = x.shape
     rank = in_shape.size
-    last = rank - 1
-    half_row = in_shape[last] // 2  # words per input row
-    out_last = out_shape[last]
+    half_row = in_shape[rank - 1] // 2  # words per input row
+    out_last = out_shape[rank - 1]
+    out_middle = out_shape[rank - 2]
     out_rows = y.shape[1] // out_last if out_last else 0
-    bits = 8 * x.itemsize
+    bits = element_bits(x)  # a constant: shifts by a known amount vectorise better
     shift_even = np.int64(bits if EVEN_IS_HIGH else 0)
     shift_odd = np.int64(0 if EVEN_IS_HIGH else bits)
-    row_stride = np.empty(last, np.int64)  # input rows between neighbours along each axis
-    stride = 1
-    for a in range(last - 1, -1, -1):
-        row_stride[a] = stride
-        stride *= in_shape[a]
-    o = np.empty(last, np.int64)  # the output row's coordinate along the axes but the last
+    next_row = half_row  # words from a window's row to the next along the last-but-one axis
+    next_slice = in_shape[rank - 2] * half_row  # ...and along the first of three axes
     for p in range(start, stop):
         wp = words[p]
         yp = y[p]
         plane_at = p * plane_size
-        for a in range(last):
-            o[a] = 0
         for r in range(out_rows):
-            first_row = 0
-            for a in range(last):
-                first_row += 2 * o[a] * row_stride[a]
-            held = yp[r * out_last:(r + 1) * out_last]
-            held_index = _part_of(_rows_of(indices, p), r * out_last, (r + 1) * out_last)
-            for t in range(0, 1 << last, 2):  # t: the row's offsets as bits, axis 0 highest
-                row = first_row
-                for a in range(last - 1):
-                    row += ((t >> (last - 1 - a)) & 1) * row_stride[a]
-                upper = row * half_row
-                lower = upper + half_row  # one row on along the last-but-one axis
-                _tile_rows(wp[upper:upper + out_last], wp[lower:lower + out_last], held,
-                           held_index, plane_at + 2 * upper, plane_at + 2 * lower, shift_even,
-                           shift_odd, t > 0)
-            next_in_shape(o, out_shape, last)
+            # The window's first row: (2*r0, 2*r1) along the axes but the last.
+            first = 2 * (r % out_middle) * next_row
+            if rank == 3:
+                first += 2 * (r // out_middle) * next_slice
+            q = r * out_last
+            held = yp[q:q + out_last]
+            r0 = wp[first:first + out_last]
+            r1 = wp[first + next_row:first + next_row + out_last]
+            if rank == 3:
+                second = first + next_slice
+                r2 = wp[second:second + out_last]
+                r3 = wp[second + next_row:second + next_row + out_last]
+            else:  # two rows: r2 and r3 unused
+                second = first
+                r2 = r0
+                r3 = r1
+            if indices is None:
+                if rank == 2:
+                    for j in range(out_last):
+                        h = _pair_max(r0[j], shift_even, shift_odd, held)
+                        held[j] = _then_pair(r1[j], shift_even, shift_odd, held, h)
+                else:
+                    for j in range(out_last):
+                        h = _pair_max(r0[j], shift_even, shift_odd, held)
+                        h = _then_pair(r1[j], shift_even, shift_odd, held, h)
+                        h = _then_pair(r2[j], shift_even, shift_odd, held, h)
+                        held[j] = _then_pair(r3[j], shift_even, shift_odd, held, h)
+                continue
+            held_index = indices[p, q:q + out_last]
+            at0 = plane_at + 2 * first
+            at1 = at0 + 2 * next_row
+            at2 = plane_at + 2 * second
+            at3 = at2 + 2 * next_row
+            if rank == 2:
+                for j in range(out_last):
+                    h, h_index = _pair_max_at(r0[j], shift_even, shift_odd, held, at0 + 2 * j)
+                    h, h_index = _then_pair_at(r1[j], shift_even, shift_odd, held, h, h_index,
+                                               at1 + 2 * j)
+                    held[j] = h
+                    held_index[j] = h_index
+            else:
+                for j in range(out_last):
+                    h, h_index = _pair_max_at(r0[j], shift_even, shift_odd, held, at0 + 2 * j)
+                    h, h_index = _then_pair_at(r1[j], shift_even, shift_odd, held, h, h_index,
+                                               at1 + 2 * j)
+                    h, h_index = _then_pair_at(r2[j], shift_even, shift_odd, held, h, h_index,
+                                               at2 + 2 * j)
+                    h, h_index = _then_pair_at(r3[j], shift_even, shift_odd, held, h, h_index,
+                                               at3 + 2 * j)
+                    held[j] = h
+                    held_index[j] = h_index

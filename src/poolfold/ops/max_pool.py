@@ -126,9 +126,9 @@ def prepare(spec, x, kernel_shape, *, strides=None, pads=None, dilations=None,
 @functools.lru_cache(maxsize=512)
 def tiles_fit(plan: WindowPlan, itemsize: int) -> bool:
     """Whether the windows tile the input (kernel 2, stride 2, dilation 1 on every axis,
-    none cut by padding or by an axis's end), over at least two axes with an even last dim,
+    none cut by padding or by an axis's end), over two or three axes with an even last dim,
     of elements that pair into words: ``poolfold.kernels.window_max.window_max_tiles``."""
-    if plan.rank < 2 or plan.in_shape[-1] % 2 or not has_words(itemsize):
+    if plan.rank not in (2, 3) or plan.in_shape[-1] % 2 or not has_words(itemsize):
         return False
     return all(k == 2 and s == 2 and d == 1 and before == 0 and 2 * out <= n
                for k, s, d, before, out, n in zip(plan.kernel, plan.strides, plan.dilations,
