@@ -282,3 +282,11 @@ def unpooled_shape(label: str, in_shape: tuple[int, ...], attributes: WindowAttr
             )
         out.append(size)
     return tuple(out)
+
+
+def row_major_strides(shape) -> np.ndarray:
+    """Element strides of a C-contiguous array of ``shape``."""
+    strides = np.ones(len(shape), np.int64)
+    for a in range(len(shape) - 2, -1, -1):
+        strides[a] = strides[a + 1] * shape[a + 1]
+    return strides

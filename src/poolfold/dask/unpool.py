@@ -23,7 +23,7 @@ from ..geometry import WindowAttributes, unpooled_shape
 from ..kernels import launch
 from ..kernels.activation import IDENTITY, activate_in_place
 from ..memory import check_size
-from ..ops._common import row_major_strides
+from ..geometry import row_major_strides
 from ..ops.max_unpool import _output_shape
 from . import _graph
 

@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
+from ..geometry import row_major_strides
 from . import helper
 
 from .half import HALF_BITS, as_float32
@@ -84,11 +85,8 @@ def fold_tables(plan) -> tuple:
     rank = plan.rank
     last = rank - 1
     image, block, grid = plan.in_shape, plan.kernel, plan.out_shape
-    image_strides = np.ones(rank, np.int64)
-    grid_strides = np.ones(rank, np.int64)
-    for a in range(last - 1, -1, -1):
-        image_strides[a] = image_strides[a + 1] * image[a + 1]
-        grid_strides[a] = grid_strides[a + 1] * grid[a + 1]
+    image_strides = row_major_strides(image)
+    grid_strides = row_major_strides(grid)
     width = max(block)
     g_lo = np.zeros((rank, width), np.int64)
     g_hi = np.zeros((rank, width), np.int64)

@@ -59,14 +59,6 @@ def flag(spec: OpVersion, name: str, value, allowed=(0, 1)) -> int:
     return int(value)
 
 
-def row_major_strides(shape) -> np.ndarray:
-    """Element strides of a C-contiguous array of ``shape``."""
-    strides = np.ones(len(shape), np.int64)
-    for a in range(len(shape) - 2, -1, -1):
-        strides[a] = strides[a + 1] * shape[a + 1]
-    return strides
-
-
 def int64_tensor(spec: OpVersion, value, name: str) -> np.ndarray:
     """``value`` as an int64 ndarray; other integer arrays are refused, as the spec types them."""
     array = native(value if isinstance(value, np.ndarray) else np.asarray(value))

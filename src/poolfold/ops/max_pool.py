@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
-from ..geometry import WindowAttributes, WindowPlan, window_plan
+from ..geometry import WindowAttributes, WindowPlan, row_major_strides, window_plan
 from ..kernels import kernel_threads, launch_split, split_parts
 from ..kernels.window_max import window_max, window_max_separable, window_max_tiles
 from ..kernels.words import has_words, words_view
@@ -183,16 +183,8 @@ def separable_staging(plan: WindowPlan, itemsize: int):
         cut[a, :kept.size] = kept
         cut_count[a] = kept.size
     staged_shape = plan.in_shape[:last] + (n_last // 2 if pairs else n_last,)
-    return (starts, slot, cut, cut_count, pairs, _row_major_strides(plan.in_shape),
-            _row_major_strides(staged_shape))
-
-
-def _row_major_strides(shape) -> np.ndarray:
-    """Element strides of a C-ordered array of ``shape``, int64."""
-    strides = np.ones(len(shape), np.int64)
-    for a in range(len(shape) - 2, -1, -1):
-        strides[a] = strides[a + 1] * shape[a + 1]
-    return strides
+    return (starts, slot, cut, cut_count, pairs, row_major_strides(plan.in_shape),
+            row_major_strides(staged_shape))
 
 
 @functools.lru_cache(maxsize=512)
@@ -267,16 +259,19 @@ class _PoolLaunch:
         in_size, out_size = math.prod(plan.in_shape), math.prod(plan.out_shape)
         work = self.planes * (in_size + out_size * (2 if return_indices else 1))
         self.parts = split_parts(self.planes, work, threads)  # one group of planes per thread
-        item_bytes = dtype.itemsize + (8 if return_indices else 0)
+        self.dims = (dims.in_shape, dims.out_shape)
         # Windows that tile the input: one fused pass (tests force the other kernels by
         # giving slab_rows).
         self.tiles = slab_rows == -1 and storage_order == 0 and tiles_fit(plan, dtype.itemsize)
-        if slab_rows == -1:
-            slab_rows = _separable_slab(plan, item_bytes, self.parts,
-                                        self.planes * out_size * item_bytes)
-        # None: the direct scan (whatever chose the passes, they cannot stage this plan)
-        staging = separable_staging(plan, dtype.itemsize) if slab_rows is not None else None
-        self.separable = None if staging is None else (slab_rows, *staging)
+        self.separable = None
+        if not self.tiles:
+            item_bytes = dtype.itemsize + (8 if return_indices else 0)
+            if slab_rows == -1:
+                slab_rows = _separable_slab(plan, item_bytes, self.parts,
+                                            self.planes * out_size * item_bytes)
+            # None: the direct scan (whatever chose the passes, they cannot stage this plan)
+            staging = separable_staging(plan, dtype.itemsize) if slab_rows is not None else None
+            self.separable = None if staging is None else (slab_rows, *staging)
         self.value_type = dtypes.value_view(np.empty(0, dtype)).dtype
 
     def __call__(self, x: np.ndarray):
@@ -290,9 +285,8 @@ class _PoolLaunch:
         index_rows = indices.reshape(planes, -1) if indices is not None else None
         ys = y.reshape(planes, -1).view(self.value_type)
         if self.tiles:
-            dims = self.tables[3:5]  # in_shape, out_shape
-            launch_split(window_max_tiles, planes, xs, ys, index_rows, *dims, words_view(xs),
-                         parts=self.parts)
+            launch_split(window_max_tiles, planes, xs, ys, index_rows, *self.dims,
+                         words_view(xs), parts=self.parts)
             return y, indices
         arguments = (xs, ys, index_rows, *self.tables)  # index_rows None: no index code
         if self.separable is not None:
