@@ -1,6 +1,7 @@
 """A node's prepared launches (poolfold.nodes): checks run once per kind of input, and every
 call, kept or not, gives the oracle's values and the functional API's errors."""
 
+import numba
 import numpy as np
 import pytest
 
@@ -143,4 +144,4 @@ def test_kept_launches_follow_the_thread_count(monkeypatch):
     for threads in ("1", "2", "1"):
         monkeypatch.setenv("POOLFOLD_NUM_THREADS", threads)
         np.testing.assert_array_equal(node([x])[0], want)
-    assert _kept(node) == len({1, min(2, __import__("numba").config.NUMBA_NUM_THREADS)})
+    assert _kept(node) == len({1, min(2, numba.config.NUMBA_NUM_THREADS)})

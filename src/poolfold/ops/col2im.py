@@ -97,7 +97,6 @@ class FoldLaunch:
 
     def __init__(self, spec, dtype, plan: WindowPlan, out_shape, x_size, threads):
         self.spec = spec
-        self.dtype = dtype
         self.plan = plan
         self.out_shape = out_shape
         self.strings = dtypes.name(dtype) == dtypes.STRING
