@@ -66,7 +66,8 @@ def element_bits(a):  # pragma: no cover - replaced by the overload inside numba
 
 @overload(element_bits)
 def _element_bits(a):
-    """The width in bits of ``a``'s elements, as a compile-time constant: shifts by a known
-    amount vectorise where shifts by ``8 * a.itemsize``, read at run time, ran 1.5x slower."""
+    """The width in bits of ``a``'s elements, as a compile-time constant: ``8 * a.itemsize``
+    is read from the array at run time, and the tiling MaxPool kernel's shifts by it ran
+    about 10% slower (measured against a fixed reference kernel in the same process)."""
     bits = a.dtype.bitwidth
     return lambda a: bits
