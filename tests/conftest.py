@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -18,3 +19,8 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("poolfold")
+
+# Every test runs the kernel it names, compiled in its own process: no direct scan standing in
+# while a child process compiles the separable MaxPool kernel (test_background_compile.py
+# turns that on where it tests it).  Child processes the tests start inherit this.
+os.environ["POOLFOLD_BACKGROUND_COMPILE"] = "0"

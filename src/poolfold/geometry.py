@@ -174,6 +174,18 @@ class WindowPlan:
                                                            self.kernel, self.dilations)))
 
     @functools.cached_property
+    def window_offsets(self) -> np.ndarray:
+        """Offsets, in a row-major plane, of a whole window's taps from its first tap, in
+        window (row-major kernel) order; just ``[0]`` when no window fits wholly inside the
+        input, so the array is never larger than a plane."""
+        if any((k - 1) * d >= n for n, k, d in zip(self.in_shape, self.kernel, self.dilations)):
+            return np.zeros(1, np.int64)
+        offsets = np.zeros(1, np.int64)
+        for k, d, stride in zip(self.kernel, self.dilations, row_major_strides(self.in_shape)):
+            offsets = np.add.outer(offsets, np.arange(k, dtype=np.int64) * (d * stride)).ravel()
+        return offsets
+
+    @functools.cached_property
     def taps(self) -> TapTable:
         width = max(self.out_shape)
         first = np.zeros((self.rank, width), np.int64)

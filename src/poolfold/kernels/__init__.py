@@ -127,6 +127,12 @@ def announce_compiles(stream=None) -> None:
         _NOTICES.stream = stream
 
 
+def announce(line: str) -> None:
+    """Write ``line`` where compiles are announced (:func:`announce_compiles`), if anywhere."""
+    if _NOTICES is not None:
+        _NOTICES._write(line)
+
+
 def launch(kernel, *args):
     """Run the serial ``kernel(*args)`` in the calling thread."""
     return kernel(*args)

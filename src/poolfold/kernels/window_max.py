@@ -107,39 +107,27 @@ def reported_index(offset, column_major, in_shape, in_strides):
 
 @njit(cache=True, nogil=True)
 def window_max(x, y, indices, first, lo, hi, in_shape, out_shape, kernel, dilations,
-               column_major, empty_value, start, stop):
+               column_major, empty_value, in_strides, window_taps, scratch, start, stop):
     """Fill ``y[p, q]`` (and ``indices[p, q]`` unless ``indices`` is None) for every plane
     ``p`` in ``[start, stop)`` and flat output position ``q``.
 
     x, y, indices : (planes, S_in), (planes, S_out), (planes, S_out) int64 or None
     first, lo, hi : the tap table, (rank, max output size)
-    in_shape, out_shape, kernel, dilations : (rank,) int64
+    in_shape, out_shape, kernel, dilations, in_strides : (rank,) int64
     column_major : report indices first-axis-fastest (storage_order 1) instead of row-major
     empty_value : what a window with no in-bounds tap yields (its index is -1)
+    window_taps : offsets of a whole window's taps from its first, in window order
+        (:func:`poolfold.ops.max_pool.whole_window_taps`)
+    scratch : (planes, 2, rank) int64, each plane's output coordinate and border walk
+
+    Its arrays all come from numpy: an array made in here would compile numba's allocation
+    code on the first call (a quarter of this kernel's compile time).
     """
-    planes, plane_size = x.shape
     rank = in_shape.size
     last = rank - 1
+    plane_size = x.shape[1]
     out_last = out_shape[last]
     out_rows = y.shape[1] // out_last if out_last else 0
-    in_strides = np.ones(rank, np.int64)
-    for a in range(last - 1, -1, -1):
-        in_strides[a] = in_strides[a + 1] * in_shape[a + 1]
-    # Offsets of a whole window's taps relative to its first tap, in window (row-major)
-    # order: windows that lie entirely inside the plane, the vast majority, read these.
-    # Built only when such a window exists, so its size is bounded by the plane's.
-    whole_fits = True
-    for a in range(rank):
-        if (kernel[a] - 1) * dilations[a] >= in_shape[a]:
-            whole_fits = False
-    window_taps = np.zeros(1, np.int64)
-    for a in range(rank if whole_fits else 0):
-        step = dilations[a] * in_strides[a]
-        grown = np.empty(window_taps.size * kernel[a], np.int64)
-        for t in range(window_taps.size):
-            for k in range(kernel[a]):
-                grown[t * kernel[a] + k] = window_taps[t] + k * step
-        window_taps = grown
     # Output positions along the last axis whose windows lie wholly inside it: a contiguous
     # run [inner_lo, inner_hi), walked with a constant step (no table reads in the hot loop).
     inner_lo = out_last
@@ -153,8 +141,10 @@ def window_max(x, y, indices, first, lo, hi, in_shape, out_shape, kernel, dilati
     for p in range(start, stop):
         xp = x[p]
         yp = y[p]
-        o = np.zeros(rank, np.int64)  # output coordinate
-        j = np.zeros(rank, np.int64)  # scratch for the border walk
+        o = scratch[p, 0]  # output coordinate
+        j = scratch[p, 1]  # the border walk's kernel offsets
+        for a in range(rank):
+            o[a] = 0
         for row in range(out_rows):
             # The outer axes are fixed along a row of outputs.
             row_inside = True

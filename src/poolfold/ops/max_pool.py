@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, row_major_strides, window_plan
-from ..kernels import kernel_threads, launch_split, split_parts
+from ..kernels import background, kernel_threads, launch_split, split_parts
 from ..kernels.window_max import window_max, window_max_separable, window_max_tiles
 from ..kernels.words import has_words, words_view
 from ..memory import allocate, check_size
@@ -264,6 +264,8 @@ class _PoolLaunch:
         # giving slab_rows).
         self.tiles = slab_rows == -1 and storage_order == 0 and tiles_fit(plan, dtype.itemsize)
         self.separable = None
+        self.separable_ready = False  # known to run without compiling (see _separable_ready)
+        self.stand_in = slab_rows == -1  # the direct scan may stand in while it compiles
         if not self.tiles:
             item_bytes = dtype.itemsize + (8 if return_indices else 0)
             if slab_rows == -1:
@@ -272,6 +274,8 @@ class _PoolLaunch:
             # None: the direct scan (whatever chose the passes, they cannot stage this plan)
             staging = separable_staging(plan, dtype.itemsize) if slab_rows is not None else None
             self.separable = None if staging is None else (slab_rows, *staging)
+        # The direct scan's tables: a plane's strides and a whole window's tap offsets.
+        self.direct = (row_major_strides(plan.in_shape), plan.window_offsets)
         self.value_type = dtypes.value_view(np.empty(0, dtype)).dtype
 
     def __call__(self, x: np.ndarray):
@@ -290,11 +294,22 @@ class _PoolLaunch:
             return y, indices
         arguments = (xs, ys, index_rows, *self.tables)  # index_rows None: no index code
         if self.separable is not None:
-            launch_split(window_max_separable, planes, *arguments, *self.separable,
-                         words_view(xs), parts=self.parts)
-        else:
-            launch_split(window_max, planes, *arguments, parts=self.parts)
+            separable = (*arguments, *self.separable, words_view(xs))
+            if self.separable_ready or self._separable_ready(separable):
+                launch_split(window_max_separable, planes, *separable, parts=self.parts)
+                return y, indices
+        launch_split(window_max, planes, *arguments, *self.direct,
+                     np.empty((planes, 2, len(self.dims[0])), np.int64), parts=self.parts)
         return y, indices
+
+    def _separable_ready(self, arguments) -> bool:
+        """Whether the separable kernel can run without compiling here: if it cannot, the
+        direct scan, which compiles in a third of the time, stands in while a child process
+        compiles it into numba's cache (:mod:`poolfold.kernels.background`).  A plan whose
+        kernel a test forced (``slab_rows``) always runs on it."""
+        self.separable_ready = not self.stand_in or background.ready(
+            window_max_separable, (*arguments, 0, 0))  # + the planes' [start, stop)
+        return self.separable_ready
 
 
 # A model's calls repeat; each entry holds only references to its plan's cached tables.

@@ -1,0 +1,187 @@
+"""Compiling a kernel that is slow to compile in a child process, while a kernel that compiles
+quickly stands in for it.
+
+The separable MaxPool kernel is several times faster than the direct scan on overlapping
+windows, but takes 5-13 s to compile against about 1.5 s.  When a call needs a signature of
+such a kernel that neither this process nor numba's on-disk cache holds, :func:`ready` says
+no and starts a child process that compiles that signature into numba's cache (at a lower
+priority); the caller runs its stand-in meanwhile.  Once the child is done, the next call
+loads the kernel from the cache (tens of milliseconds) and runs it, and so does every later
+process.  One child runs at a time; the signatures wait their turn in order.
+
+``POOLFOLD_BACKGROUND_COMPILE=0`` turns this off: the first call compiles the kernel in the
+process, as numba does by itself.  :func:`wait` waits for the children (tests, benchmarks).
+
+Peeking at numba's cache without loading it uses numba's cache internals; anything there
+that is not as expected makes :func:`ready` say yes, which is numba's own behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+ENV = "POOLFOLD_BACKGROUND_COMPILE"
+
+
+@dataclass
+class _Job:
+    kernel: object  # a numba dispatcher
+    signature: tuple
+    process: subprocess.Popen | None = None
+    failed: bool = False
+
+
+_LOCK = threading.Lock()
+_JOBS: dict[tuple, _Job] = {}  # (kernel's name, signature) -> job, in the order asked
+_READY: set[tuple] = set()
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def signature_of(kernel, args) -> tuple:
+    """The numba signature a call ``kernel(*args)`` compiles (its arguments' types)."""
+    return tuple(kernel.typeof_pyval(a) for a in args)
+
+
+def ready(kernel, args) -> bool:
+    """Whether ``kernel(*args)`` would run without compiling: compiled in this process, or
+    in numba's cache (then loaded on the call).  If not, its compile is started, or queued,
+    in a child process, and False returned at once: the caller runs its stand-in.
+
+    True also when background compiles are off, when a child failed (the call then compiles
+    in the process and shows numba's own error), or when numba's cache cannot be read."""
+    if not enabled():
+        return True
+    try:
+        signature = signature_of(kernel, args)
+    except Exception:  # a type numba cannot read: the call itself will say so
+        return True
+    key = (_name(kernel), signature)
+    if key in _READY:
+        return True
+    with _LOCK:
+        job = _JOBS.get(key)
+        if job is None:
+            if signature in kernel.overloads or _cached(kernel, signature):
+                _READY.add(key)
+                return True
+            job = _JOBS[key] = _Job(kernel, signature)
+        _advance()
+        if job.failed or (job.process is not None and job.process.poll() is not None):
+            # Done: the call loads the kernel from the cache.  Failed, or the cache is one
+            # this process cannot read: the call compiles it here, as numba would.
+            _READY.add(key)
+            del _JOBS[key]
+            return True
+        return False
+
+
+def pending() -> int:
+    """How many background compiles are queued or running."""
+    with _LOCK:
+        _advance()
+        return sum(1 for job in _JOBS.values()
+                   if not job.failed and (job.process is None or job.process.poll() is None))
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Wait until every queued background compile has finished (or ``timeout`` seconds
+    passed); True if none is left."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        with _LOCK:
+            _advance()
+            running = [job.process for job in _JOBS.values()
+                       if job.process is not None and job.process.poll() is None]
+            queued = any(job.process is None and not job.failed for job in _JOBS.values())
+        if not running and not queued:
+            return True
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        try:
+            running[0].wait(timeout=0.1 if queued or left is None else min(left, 0.1))
+        except (subprocess.TimeoutExpired, IndexError):
+            time.sleep(0.01)
+
+
+def _advance() -> None:
+    """Start the next queued compile when no child is running (under ``_LOCK``)."""
+    for job in _JOBS.values():
+        if job.process is not None and job.process.poll() is None:
+            return
+        if job.process is not None and job.process.returncode != 0:
+            job.failed = True
+    for job in _JOBS.values():
+        if job.process is None and not job.failed:
+            job.process = _start(job)
+            if job.process is None:
+                job.failed = True
+            return
+
+
+def _name(kernel) -> tuple[str, str]:
+    return kernel.py_func.__module__, kernel.py_func.__qualname__
+
+
+def _start(job: _Job) -> subprocess.Popen | None:
+    payload = pickle.dumps([(*_name(job.kernel), job.signature)])
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, ENV: "0"}, start_new_session=True)
+        process.stdin.write(payload)
+        process.stdin.close()
+    except (OSError, ValueError):
+        return None
+    from . import announce
+
+    data = getattr(job.signature[0], "dtype", job.signature[0]) if job.signature else ""
+    announce(f"poolfold: compiling the {job.kernel.py_func.__name__} kernel for {data} data in "
+             f"a background process (once, numba caches it); a quicker kernel answers meanwhile")
+    return process
+
+
+def _cached(kernel, signature) -> bool:
+    """Whether numba's on-disk cache holds ``signature`` of ``kernel``, for this machine and
+    this source (numba's own index lookup, without loading the code)."""
+    try:
+        cache = kernel._cache
+        key = cache._index_key(signature, kernel.targetctx.codegen())
+        return cache._cache_file._load_index().get(key) is not None
+    except Exception:  # numba's internals changed: behave as numba does
+        return True
+
+
+def _forget_jobs() -> None:  # a forked child has none of the parent's children
+    _JOBS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_jobs)
+
+
+def _compile_from_stdin() -> None:
+    """The child: compile each (module, kernel, signature) read from stdin into the cache."""
+    import importlib
+
+    if hasattr(os, "nice"):
+        os.nice(10)  # yield to the work of the process that asked
+    for module, qualname, signature in pickle.loads(sys.stdin.buffer.read()):
+        kernel = importlib.import_module(module)
+        for part in qualname.split("."):
+            kernel = getattr(kernel, part)
+        kernel.compile(signature)
+
+
+if __name__ == "__main__":
+    _compile_from_stdin()

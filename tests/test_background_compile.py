@@ -1,0 +1,197 @@
+"""The separable MaxPool kernel compiled in a child process while the direct scan stands in
+(poolfold.kernels.background): the first call with an empty numba cache answers from the
+stand-in, a later call loads the compiled kernel from the cache, both exact; the switch off
+compiles in the process; and the queue of compiles, one child at a time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import oracle
+from poolfold.kernels import background
+
+POOL = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])  # overlapping, padded
+
+# A child with an empty numba cache: two calls, the background compile awaited, two more.
+# It prints what ran each time and saves the results for the parent to check.
+_CHILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import poolfold
+    from poolfold.kernels import background
+    from poolfold.kernels.window_max import window_max_separable
+
+    x = np.load(sys.argv[1])
+    pool = json.loads(sys.argv[2])
+    report = {"stand_in": [], "cache_hits": 0, "cache_misses": 0}
+    results = []
+    for step in range(4):
+        if step == 2:
+            report["waited"] = background.wait(timeout=600)
+        results.append(poolfold.max_pool(x, pool["kernel_shape"], strides=pool["strides"],
+                                         pads=pool["pads"], return_indices=True))
+        report["stand_in"].append(len(window_max_separable.overloads) == 0)
+    stats = window_max_separable.stats
+    report["cache_hits"] = sum(stats.cache_hits.values())
+    report["cache_misses"] = sum(stats.cache_misses.values())
+    np.savez(sys.argv[3], *[a for pair in results for a in pair])
+    print(json.dumps(report))
+""")
+
+
+def _run_child(tmp_path, cache, x, switch):
+    np.save(tmp_path / "x.npy", x)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), background.ENV: switch}
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(tmp_path / "x.npy"), json.dumps(POOL),
+         str(tmp_path / "out.npz")],
+        capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr
+    with np.load(tmp_path / "out.npz") as saved:
+        arrays = [saved[f"arr_{i}"] for i in range(8)]
+    return json.loads(done.stdout.strip().splitlines()[-1]), arrays
+
+
+def _check_against_oracle(x, arrays):
+    y, indices = oracle.max_pool(x, **POOL)
+    for k in range(0, len(arrays), 2):
+        np.testing.assert_array_equal(arrays[k], y)
+        np.testing.assert_array_equal(arrays[k + 1], indices)
+
+
+def test_the_direct_scan_stands_in_until_the_child_has_compiled(tmp_path):
+    x = np.random.default_rng(5).standard_normal((2, 3, 17, 19)).astype(np.float32)
+    x[0, 1, 4, 4] = np.nan
+    cache = tmp_path / "numba-cache"
+    report, arrays = _run_child(tmp_path, cache, x, "1")
+    # The first two calls ran the direct scan; once the child was done, the calls loaded the
+    # separable kernel from numba's cache, never compiling it in this process.
+    assert report["stand_in"] == [True, True, False, False]
+    assert report["waited"] is True
+    assert report["cache_hits"] == 1 and report["cache_misses"] == 0
+    _check_against_oracle(x, arrays)
+    # A later process finds the kernel in the cache from its first call.
+    report, arrays = _run_child(tmp_path, cache, x, "1")
+    assert report["stand_in"] == [False] * 4
+    assert report["cache_hits"] == 1 and report["cache_misses"] == 0
+    _check_against_oracle(x, arrays)
+
+
+def test_switched_off_the_first_call_compiles_the_kernel_itself(tmp_path):
+    x = np.random.default_rng(6).standard_normal((1, 2, 11, 9)).astype(np.float32)
+    report, arrays = _run_child(tmp_path, tmp_path / "numba-cache", x, "0")
+    assert report["stand_in"] == [False] * 4
+    assert report["cache_hits"] == 0 and report["cache_misses"] == 1
+    _check_against_oracle(x, arrays)
+
+
+# ----------------------------------------------------------------------- the queue, alone
+
+class _IndexFile:
+    def __init__(self):
+        self.index = {}
+
+    def _load_index(self):
+        return self.index
+
+
+class _Cache:
+    def __init__(self):
+        self._cache_file = _IndexFile()
+
+    def _index_key(self, signature, codegen):
+        return signature
+
+
+class _Kernel:
+    """What background.ready reads of a numba dispatcher: a fresh one per test."""
+
+    def __init__(self):
+        self.overloads = {}
+        self._cache = _Cache()
+        self.targetctx = self
+        self.py_func = self._kernel
+
+    @staticmethod
+    def _kernel(value):  # pragma: no cover - never called
+        return value
+
+    def typeof_pyval(self, value):
+        return type(value).__name__
+
+    def codegen(self):
+        return None
+
+
+@pytest.fixture
+def queue(monkeypatch):
+    """background.ready with its children replaced by ``python -c CODE`` processes, CODE
+    from ``started`` (default: exit 0), each start recorded."""
+    monkeypatch.setenv(background.ENV, "1")
+    monkeypatch.setattr(background, "_JOBS", {})
+    monkeypatch.setattr(background, "_READY", set())
+    started = []
+
+    def start(job):
+        code = queue.codes.pop(0) if queue.codes else "pass"
+        started.append(job.signature)
+        return subprocess.Popen([sys.executable, "-c", code])
+
+    class Queue:
+        codes: list[str] = []
+
+    queue = Queue()
+    queue.started = started
+    monkeypatch.setattr(background, "_start", start)
+    yield queue
+    background.wait(timeout=60)
+
+
+def test_one_child_at_a_time_in_the_order_asked(queue):
+    kernel = _Kernel()
+    queue.codes = ["import time; time.sleep(0.5)", "pass"]
+    assert background.ready(kernel, (1,)) is False
+    assert background.ready(kernel, ("a",)) is False  # queued behind the first
+    assert queue.started == [("int",)]
+    assert background.wait(timeout=60) is True
+    assert queue.started == [("int",), ("str",)]
+    assert background.ready(kernel, (1,)) is True
+    assert background.ready(kernel, ("a",)) is True
+
+
+def test_a_failed_child_lets_the_call_compile_in_the_process(queue):
+    kernel = _Kernel()
+    queue.codes = ["raise SystemExit(3)"]
+    assert background.ready(kernel, (1.5,)) is False
+    background.wait(timeout=60)
+    assert background.ready(kernel, (1.5,)) is True
+
+
+def test_a_signature_compiled_here_or_cached_is_ready_at_once(queue):
+    kernel = _Kernel()
+    kernel.overloads[("int",)] = object()
+    kernel._cache._cache_file.index[("str",)] = "kernel-1.nbc"
+    assert background.ready(kernel, (2,)) is True
+    assert background.ready(kernel, ("b",)) is True
+    assert queue.started == []
+
+
+def test_unreadable_cache_internals_mean_compile_here(queue):
+    kernel = _Kernel()
+    del kernel._cache  # as with a numba whose cache looks different
+    assert background.ready(kernel, (2,)) is True
+    assert queue.started == []
+
+
+@pytest.mark.parametrize("value, on", [("0", False), ("off", False), ("no", False),
+                                       ("1", True), ("", True)])
+def test_the_switch(monkeypatch, value, on):
+    monkeypatch.setenv(background.ENV, value)
+    assert background.enabled() is on
