@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import os
 import pickle
-import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported when a compile starts: it is not needed before
+    import subprocess
 
 ENV = "POOLFOLD_BACKGROUND_COMPILE"
 
@@ -95,6 +98,8 @@ def pending() -> int:
 def wait(timeout: float | None = None) -> bool:
     """Wait until every queued background compile has finished (or ``timeout`` seconds
     passed); True if none is left."""
+    import subprocess
+
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         with _LOCK:
@@ -133,6 +138,8 @@ def _name(kernel) -> tuple[str, str]:
 
 
 def _start(job: _Job) -> subprocess.Popen | None:
+    import subprocess
+
     payload = pickle.dumps([(*_name(job.kernel), job.signature)])
     try:
         process = subprocess.Popen(
