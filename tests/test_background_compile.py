@@ -158,7 +158,11 @@ def test_one_child_at_a_time_in_the_order_asked(queue):
     kernel = _Kernel()
     queue.codes = ["import time; time.sleep(0.5)", "pass"]
     assert background.ready(kernel, (1,)) is False
-    assert background.ready(kernel, ("a",)) is False  # queued behind the first
+    assert queue.started == []  # not before the caller's stand-in has run
+    background.start_queued()
+    assert queue.started == [("int",)]
+    assert background.ready(kernel, ("a",)) is False
+    background.start_queued()  # queued behind the first
     assert queue.started == [("int",)]
     assert background.wait(timeout=60) is True
     assert queue.started == [("int",), ("str",)]
@@ -170,6 +174,7 @@ def test_a_failed_child_lets_the_call_compile_in_the_process(queue):
     kernel = _Kernel()
     queue.codes = ["raise SystemExit(3)"]
     assert background.ready(kernel, (1.5,)) is False
+    background.start_queued()
     background.wait(timeout=60)
     assert background.ready(kernel, (1.5,)) is True
 

@@ -56,8 +56,9 @@ def signature_of(kernel, args) -> tuple:
 
 def ready(kernel, args) -> bool:
     """Whether ``kernel(*args)`` would run without compiling: compiled in this process, or
-    in numba's cache (then loaded on the call).  If not, its compile is started, or queued,
-    in a child process, and False returned at once: the caller runs its stand-in.
+    in numba's cache (then loaded on the call).  If not, its compile is queued for a child
+    process and False returned at once: the caller runs its stand-in, then calls
+    :func:`start_queued`.
 
     True also when background compiles are off, when a child failed (the call then compiles
     in the process and shows numba's own error), or when numba's cache cannot be read."""
@@ -76,7 +77,10 @@ def ready(kernel, args) -> bool:
             if signature in kernel.overloads or _cached(kernel, signature):
                 _READY.add(key)
                 return True
-            job = _JOBS[key] = _Job(kernel, signature)
+            # Started by start_queued(), once the caller's stand-in has run: the child's
+            # start-up would otherwise compete with the stand-in's own compile.
+            _JOBS[key] = _Job(kernel, signature)
+            return False
         _advance()
         if job.failed or (job.process is not None and job.process.poll() is not None):
             # Done: the call loads the kernel from the cache.  Failed, or the cache is one
@@ -85,6 +89,13 @@ def ready(kernel, args) -> bool:
             del _JOBS[key]
             return True
         return False
+
+
+def start_queued() -> None:
+    """Start the next queued compile if no child is running (see :func:`ready`)."""
+    if _JOBS:
+        with _LOCK:
+            _advance()
 
 
 def pending() -> int:

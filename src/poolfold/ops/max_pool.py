@@ -300,6 +300,8 @@ class _PoolLaunch:
                 return y, indices
         launch_split(window_max, planes, *arguments, *self.direct,
                      np.empty((planes, 2, len(self.dims[0])), np.int64), parts=self.parts)
+        if self.separable is not None:
+            background.start_queued()  # the separable kernel's compile, once this call is done
         return y, indices
 
     def _separable_ready(self, arguments) -> bool:
