@@ -179,6 +179,17 @@ def test_a_failed_child_lets_the_call_compile_in_the_process(queue):
     assert background.ready(kernel, (1.5,)) is True
 
 
+def test_a_stuck_child_is_stopped_and_the_call_compiles_in_the_process(queue, monkeypatch):
+    kernel = _Kernel()
+    queue.codes = ["import time; time.sleep(60)"]
+    assert background.ready(kernel, (7,)) is False
+    background.start_queued()
+    process = background._JOBS[next(iter(background._JOBS))].process
+    monkeypatch.setattr(background, "CHILD_LIMIT_S", 0.0)
+    assert background.ready(kernel, (7,)) is True
+    assert process.returncode is not None  # killed, not left running
+
+
 def test_a_signature_compiled_here_or_cached_is_ready_at_once(queue):
     kernel = _Kernel()
     kernel.overloads[("int",)] = object()

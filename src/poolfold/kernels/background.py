@@ -30,6 +30,9 @@ if TYPE_CHECKING:  # imported when a compile starts: it is not needed before
     import subprocess
 
 ENV = "POOLFOLD_BACKGROUND_COMPILE"
+# A child still compiling after this long is stopped and its kernel compiled in the process
+# (the slowest compile measured, the separable kernel with Indices on a busy host, took 14 s).
+CHILD_LIMIT_S = 600.0
 
 
 @dataclass
@@ -38,6 +41,7 @@ class _Job:
     signature: tuple
     process: subprocess.Popen | None = None
     failed: bool = False
+    started: float = 0.0  # time.monotonic() when the child started
 
 
 _LOCK = threading.Lock()
@@ -133,12 +137,16 @@ def _advance() -> None:
     """Start the next queued compile when no child is running (under ``_LOCK``)."""
     for job in _JOBS.values():
         if job.process is not None and job.process.poll() is None:
-            return
+            if time.monotonic() - job.started < CHILD_LIMIT_S:
+                return
+            job.process.kill()  # stuck: the caller compiles it itself
+            job.process.wait()
         if job.process is not None and job.process.returncode != 0:
             job.failed = True
     for job in _JOBS.values():
         if job.process is None and not job.failed:
             job.process = _start(job)
+            job.started = time.monotonic()
             if job.process is None:
                 job.failed = True
             return
