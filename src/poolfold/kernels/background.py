@@ -2,12 +2,13 @@
 quickly stands in for it.
 
 The separable MaxPool kernel is several times faster than the direct scan on overlapping
-windows, but takes 5-13 s to compile against about 1.5 s.  When a call needs a signature of
+windows, but takes 5-13 s to compile against about 1.7 s.  When a call needs a signature of
 such a kernel that neither this process nor numba's on-disk cache holds, :func:`ready` says
-no and starts a child process that compiles that signature into numba's cache (at a lower
-priority); the caller runs its stand-in meanwhile.  Once the child is done, the next call
-loads the kernel from the cache (tens of milliseconds) and runs it, and so does every later
-process.  One child runs at a time; the signatures wait their turn in order.
+no and queues that signature; the caller runs its stand-in, then :func:`start_queued` starts
+a child process that compiles the signature into numba's cache (at a lower priority).  Once
+the child is done, the next call loads the kernel from the cache (tens of milliseconds) and
+runs it, and so does every later process.  One child runs at a time; the signatures wait
+their turn in order.
 
 ``POOLFOLD_BACKGROUND_COMPILE=0`` turns this off: the first call compiles the kernel in the
 process, as numba does by itself.  :func:`wait` waits for the children (tests, benchmarks).

@@ -117,7 +117,7 @@ def window_max(x, y, indices, first, lo, hi, in_shape, out_shape, kernel, dilati
     column_major : report indices first-axis-fastest (storage_order 1) instead of row-major
     empty_value : what a window with no in-bounds tap yields (its index is -1)
     window_taps : offsets of a whole window's taps from its first, in window order
-        (:func:`poolfold.ops.max_pool.whole_window_taps`)
+        (``poolfold.geometry.WindowPlan.window_offsets``)
     scratch : (planes, 2, rank) int64, each plane's output coordinate and border walk
 
     Its arrays all come from numpy: an array made in here would compile numba's allocation
