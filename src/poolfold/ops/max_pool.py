@@ -274,8 +274,11 @@ class _PoolLaunch:
             # None: the direct scan (whatever chose the passes, they cannot stage this plan)
             staging = separable_staging(plan, dtype.itemsize) if slab_rows is not None else None
             self.separable = None if staging is None else (slab_rows, *staging)
-        # The direct scan's tables: a plane's strides and a whole window's tap offsets.
-        self.direct = (row_major_strides(plan.in_shape), plan.window_offsets)
+        # The direct scan's tables (a plane's strides, a whole window's tap offsets), for
+        # every plan the tiling kernel does not take: the direct scan may stand in for the
+        # separable passes.
+        self.direct = None if self.tiles else (row_major_strides(plan.in_shape),
+                                               plan.window_offsets)
         self.value_type = dtypes.value_view(np.empty(0, dtype)).dtype
 
     def __call__(self, x: np.ndarray):
