@@ -58,6 +58,29 @@ def test_launch_split_gives_each_part_enough_work(monkeypatch, work, want):
         assert parts[0][0] == threading.get_ident()  # no hand-off to the pool
 
 
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_launch_split_returns_what_each_part_returned_in_order(monkeypatch, threads):
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", threads)
+    monkeypatch.setattr(kernels.numba.config, "NUMBA_NUM_THREADS", 3)
+
+    def kernel(start, stop):
+        return (start, stop)
+
+    want = [(0, 6)] if threads == "1" else [(0, 2), (2, 4), (4, 6)]
+    assert kernels.launch_split(kernel, 6) == want
+
+
+def test_thread_count_follows_the_environment_as_it_changes(monkeypatch):
+    monkeypatch.setattr(kernels.numba.config, "NUMBA_NUM_THREADS", 4)
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", "3")
+    assert kernels.kernel_threads() == 3
+    os.environ["POOLFOLD_NUM_THREADS"] = "1"
+    assert kernels.kernel_threads() == 1
+    monkeypatch.delenv("POOLFOLD_NUM_THREADS")
+    assert kernels.kernel_threads() == kernels._numba_threads()
+    assert kernels._environment_value("POOLFOLD_NO_SUCH_VARIABLE") is None
+
+
 def test_launch_split_raises_what_a_part_raises(monkeypatch):
     monkeypatch.setenv("POOLFOLD_NUM_THREADS", "2")
 

@@ -38,7 +38,7 @@ def kernel_threads() -> int:
 
     Read on every call (a bad value warns whatever the call's size); its parse is kept per
     text, as a model asks this several times a run."""
-    value = os.environ.get("POOLFOLD_NUM_THREADS")
+    value = _environment_value("POOLFOLD_NUM_THREADS")
     if not value:
         return _numba_threads()
     wanted = _parse_threads(value)
@@ -47,6 +47,17 @@ def kernel_threads() -> int:
                       RuntimeWarning, stacklevel=3)
         return _numba_threads()
     return min(wanted, numba.config.NUMBA_NUM_THREADS)
+
+
+def _environment_value(name: str) -> str | None:
+    """``os.environ.get(name)``, which costs more than a small kernel when the variable is
+    unset (its KeyError is raised and caught each time): on POSIX the environment's own
+    dictionary of encoded names is read instead, where Python keeps it."""
+    data = getattr(os.environ, "_data", None)
+    if os.name != "posix" or not isinstance(data, dict):
+        return os.environ.get(name)
+    value = data.get(os.fsencode(name))
+    return None if value is None else os.fsdecode(value)
 
 
 @functools.lru_cache(maxsize=16)
@@ -158,9 +169,10 @@ def split_parts(count: int, work: int | None = None, threads: int | None = None)
 
 
 def launch_split(kernel, count: int, *args, work: int | None = None,
-                 parts: int | None = None) -> None:
+                 parts: int | None = None) -> list:
     """Run ``kernel(*args, start, stop)`` over ``[0, count)`` in contiguous parts, one per
-    thread (poolfold's thread count), the calling thread taking the first part.
+    thread (poolfold's thread count), the calling thread taking the first part; what each
+    part returned, in order.
 
     ``work`` (elements the call reads and writes, if the caller knows it) caps the parts so
     each has at least :data:`MIN_WORK_PER_PART`: a small call runs in the calling thread.
@@ -168,13 +180,12 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
     if parts is None:
         parts = split_parts(count, work)
     if parts == 1:
-        kernel(*args, 0, count)
-        return
+        return [kernel(*args, 0, count)]
     bounds = [count * i // parts for i in range(parts + 1)]
     futures = [_pool().submit(kernel, *args, bounds[i], bounds[i + 1])
                for i in range(1, parts)]
     try:
-        kernel(*args, bounds[0], bounds[1])
+        first = kernel(*args, bounds[0], bounds[1])
     finally:
-        for future in futures:
-            future.result()
+        results = [future.result() for future in futures]
+    return [first, *results]

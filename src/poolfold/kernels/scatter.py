@@ -19,17 +19,17 @@ from .activation import activate
 
 
 @njit(cache=True, nogil=True)
-def scatter_planes(x, indices, y, fill, act_code, act_params, act_table, foreign, start, stop):
+def scatter_planes(x, indices, y, fill, act_code, act_params, act_table, start, stop):
     """Per plane (n, c) numbered ``p = n*C + c`` in ``[start, stop)``: ``y[n, c] = fill``, then
     ``y[n, c, s] = activation(x[n, c, i])`` where ``indices[n, c, i]`` is the flat position of
     (n, c, s), in order of i.
 
-    ``foreign[p]`` gets the first i whose index lies outside the plane's own slice (the plane
-    stops there), or -1."""
+    Returns whether some plane met an index outside its own slice (that plane stopped there).
+    """
     batch, channels, size = x.shape
     plane_out = y.shape[2]
+    foreign = False
     for p in range(start, stop):
-        foreign[p] = -1
         n = p // channels
         c = p % channels
         yp = y[n, c]
@@ -39,9 +39,10 @@ def scatter_planes(x, indices, y, fill, act_code, act_params, act_table, foreign
         for i in range(size):
             target = indices[n, c, i] - start
             if target < 0 or target >= plane_out:
-                foreign[p] = i
+                foreign = True
                 break
             yp[target] = activate(x[n, c, i], act_code, act_params, act_table)
+    return foreign
 
 
 @njit(cache=True, nogil=True)

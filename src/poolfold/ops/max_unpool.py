@@ -201,10 +201,8 @@ class UnpoolLaunch:
         else:
             xs = xs.reshape(n, c, -1)
             ys = ys.reshape(n, c, -1)
-        foreign = np.empty(n * c, np.int64)  # per plane, where it met an index outside it
-        launch_split(scatter_planes, n * c, xs, index_planes, ys, self.fill_bits, *self.act,
-                     foreign, parts=self.parts)
-        if foreign.max() >= 0:
+        if any(launch_split(scatter_planes, n * c, xs, index_planes, ys, self.fill_bits,
+                            *self.act, parts=self.parts)):
             # Some index leaves its plane: check them all, then one ordered pass.
             _check_range(self.label, indices, math.prod(self.out_shape), self.out_shape)
             ys[...] = self.fill_bits
