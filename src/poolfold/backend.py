@@ -169,7 +169,9 @@ class _PoolfoldStep:
 
     def run(self, values: dict) -> None:
         results = self._run([values[name] if name else None for name in self._inputs])
-        values.update((name, value) for name, value in zip(self._outputs, results) if name)
+        for name, value in zip(self._outputs, results):
+            if name:
+                values[name] = value
 
 
 class _StretchStep:

@@ -28,6 +28,11 @@ def has_words(itemsize: int) -> bool:
     return itemsize in _WORD_TYPES
 
 
+def word_type(itemsize: int) -> type:
+    """The unsigned integer holding two elements of ``itemsize`` bytes (see :func:`has_words`)."""
+    return _WORD_TYPES[itemsize]
+
+
 def words_view(a: np.ndarray) -> np.ndarray:
     """``a`` (C-contiguous, an even number of elements per row, see :func:`has_words`) seen
     as words of two elements, without a copy; an empty array of words when it cannot be."""
