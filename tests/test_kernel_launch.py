@@ -7,30 +7,34 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 from poolfold import kernels
 
 
-@pytest.mark.parametrize("threads, count", [("1", 7), ("2", 7), ("2", 1), ("3", 2), ("2", 0)])
-def test_launch_split_covers_the_range_once_in_contiguous_parts(monkeypatch, threads, count):
+@pytest.mark.parametrize("threads, count", [("1", 7), ("2", 7), ("2", 1), ("3", 2), ("2", 0),
+                                           ("2", 100)])
+def test_launch_split_covers_the_range_once_in_contiguous_pieces(monkeypatch, threads, count):
     monkeypatch.setenv("POOLFOLD_NUM_THREADS", threads)
-    parts = []
+    pieces = []
     lock = threading.Lock()
 
     def kernel(tag, start, stop):
         assert tag == "args first"
         with lock:
-            parts.append((start, stop))
+            pieces.append((start, stop, threading.get_ident()))
 
     kernels.launch_split(kernel, count, "args first")
-    parts.sort()
-    want = max(1, min(count, kernels.kernel_threads()))
-    assert len(parts) == want
-    assert parts[0][0] == 0 and parts[-1][1] == count
-    assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))  # no gap, no overlap
-    sizes = [stop - start for start, stop in parts]
+    pieces.sort()
+    parts = max(1, min(count, kernels.kernel_threads()))
+    want = 1 if parts == 1 else min(count, parts * kernels.PIECES_PER_THREAD)
+    assert len(pieces) == want
+    assert len({thread for _, _, thread in pieces}) <= parts
+    assert pieces[0][0] == 0 and pieces[-1][1] == count
+    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))  # no gap, no overlap
+    sizes = [stop - start for start, stop, _ in pieces]
     assert max(sizes) - min(sizes) <= 1  # even shares
 
 
@@ -44,41 +48,63 @@ def test_launch_split_covers_the_range_once_in_contiguous_parts(monkeypatch, thr
 def test_launch_split_gives_each_part_enough_work(monkeypatch, work, want):
     monkeypatch.setenv("POOLFOLD_NUM_THREADS", "4")
     monkeypatch.setattr(kernels.numba.config, "NUMBA_NUM_THREADS", 4)
-    parts = []
+    pieces = []
     lock = threading.Lock()
 
     def kernel(start, stop):
         with lock:
-            parts.append((threading.get_ident(), start, stop))
+            pieces.append((threading.get_ident(), start, stop))
 
-    kernels.launch_split(kernel, 10, work=work)
-    assert len(parts) == want == kernels.split_parts(10, work)
-    assert sorted(p[1:] for p in parts)[0][0] == 0 and max(p[2] for p in parts) == 10
+    kernels.launch_split(kernel, 100, work=work)
+    assert kernels.split_parts(100, work) == want
+    assert len(pieces) == (1 if want == 1 else want * kernels.PIECES_PER_THREAD)
+    assert len({p[0] for p in pieces}) <= want
+    assert min(p[1] for p in pieces) == 0 and max(p[2] for p in pieces) == 100
     if want == 1:
-        assert parts[0][0] == threading.get_ident()  # no hand-off to the pool
+        assert pieces[0][0] == threading.get_ident()  # no hand-off to the pool
 
 
 @pytest.mark.parametrize("threads", ["1", "3"])
-def test_launch_split_returns_what_each_part_returned_in_order(monkeypatch, threads):
+def test_launch_split_returns_what_each_piece_returned_in_order(monkeypatch, threads):
     monkeypatch.setenv("POOLFOLD_NUM_THREADS", threads)
     monkeypatch.setattr(kernels.numba.config, "NUMBA_NUM_THREADS", 3)
 
     def kernel(start, stop):
         return (start, stop)
 
-    want = [(0, 6)] if threads == "1" else [(0, 2), (2, 4), (4, 6)]
+    want = [(0, 6)] if threads == "1" else [(i, i + 1) for i in range(6)]
     assert kernels.launch_split(kernel, 6) == want
 
 
-def test_thread_count_follows_the_environment_as_it_changes(monkeypatch):
-    monkeypatch.setattr(kernels.numba.config, "NUMBA_NUM_THREADS", 4)
-    monkeypatch.setenv("POOLFOLD_NUM_THREADS", "3")
-    assert kernels.kernel_threads() == 3
-    os.environ["POOLFOLD_NUM_THREADS"] = "1"
-    assert kernels.kernel_threads() == 1
-    monkeypatch.delenv("POOLFOLD_NUM_THREADS")
-    assert kernels.kernel_threads() == kernels._numba_threads()
-    assert kernels._environment_value("POOLFOLD_NO_SUCH_VARIABLE") is None
+def test_a_slow_thread_takes_fewer_pieces(monkeypatch):
+    """The pieces are claimed in turn: while the calling thread is held up in its first piece,
+    the pool's thread runs all the others."""
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", "2")
+    monkeypatch.setattr(kernels.numba.config, "NUMBA_NUM_THREADS", 2)
+    caller = threading.get_ident()
+    ran = []
+
+    def kernel(start, stop):
+        ran.append(threading.get_ident())
+        time.sleep(0.3 if threading.get_ident() == caller else 0.001)
+        return start
+
+    assert kernels.launch_split(kernel, 8) == list(range(8))
+    assert ran.count(caller) == 1 and len(ran) == 8
+
+
+@pytest.mark.skipif(kernels._current_cpu is None or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux's CPU affinity calls and two allowed CPUs")
+def test_pool_threads_are_kept_off_the_callers_cpu(monkeypatch):
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", "2")
+    monkeypatch.setattr(kernels, "_STEERED", None)
+    for _ in range(2):  # the first call may be the one that starts the pool's thread
+        kernels.launch_split(lambda start, stop: None, 4)
+    steered_from, steered = kernels._STEERED
+    assert steered_from in os.sched_getaffinity(0)
+    assert steered == len(kernels._WORKERS) >= 1
+    for worker in kernels._WORKERS:
+        assert os.sched_getaffinity(worker) == os.sched_getaffinity(0) - {steered_from}
 
 
 def test_launch_split_raises_what_a_part_raises(monkeypatch):

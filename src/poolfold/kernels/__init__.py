@@ -13,6 +13,7 @@ kernels at once.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import sys
 import threading
@@ -81,18 +82,67 @@ def _pool() -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
+            _WORKERS.clear()
             _POOL = ThreadPoolExecutor(max(1, numba.config.NUMBA_NUM_THREADS - 1),
-                                       thread_name_prefix="poolfold")
+                                       thread_name_prefix="poolfold",
+                                       initializer=_register_worker)
         return _POOL
 
 
 def _forget_pool() -> None:  # a forked child has none of the parent's threads
-    global _POOL
+    global _POOL, _STEERED
     _POOL = None
+    _WORKERS.clear()
+    _STEERED = None
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool)
+# Keeping the pool's threads off the caller's core (Linux).  A woken thread is placed on the
+# core of the thread that woke it when the scheduler finds that cheap, and then the two halves
+# of a call run one after the other on one core while the other idles, until the scheduler's
+# next balancing tick moves one (measured: a third of the calls of a 3 ms MaxPool took twice
+# as long, in runs of several, their threads sharing one core).  So the pool's threads may run
+# on every core allowed but the one the caller runs on when it hands them work; the mask is
+# set again only when the caller has moved or the pool has grown, and never pins a thread to
+# one core.
+_WORKERS: list[int] = []  # the pool threads' native ids (the pool starts them as it needs)
+_STEERED: tuple[int, int] | None = None  # (the caller's core left out, workers steered)
+
+
+def _register_worker() -> None:
+    _WORKERS.append(threading.get_native_id())
+
+
+def _current_cpu_reader():
+    try:
+        import ctypes
+
+        reader = ctypes.CDLL(None, use_errno=True).sched_getcpu
+        reader.restype = ctypes.c_int
+        return reader if reader() >= 0 else None
+    except (OSError, AttributeError):  # no such call in this C library
+        return None
+
+
+_current_cpu = _current_cpu_reader() if hasattr(os, "sched_setaffinity") else None
+
+
+def _steer_workers() -> None:
+    """Let the pool's threads run anywhere allowed but on the calling thread's core."""
+    global _STEERED
+    if _current_cpu is None:
+        return
+    cpu = _current_cpu()
+    steered = (cpu, len(_WORKERS))
+    if steered == _STEERED or cpu < 0:
+        return
+    try:
+        allowed = os.sched_getaffinity(0) - {cpu}
+        if allowed:
+            for worker in _WORKERS[:steered[1]]:
+                os.sched_setaffinity(worker, allowed)
+    except OSError:  # a worker that has gone, or a mask the system refuses: leave them be
+        return
+    _STEERED = steered
 
 
 class _CompileNotices(event.Listener):
@@ -156,6 +206,10 @@ def launch(kernel, *args):
 # (4-82 Ki elements) under load: one part took half the time of two.
 MIN_WORK_PER_PART = 2**16
 
+# Pieces per thread of a threaded call (see launch_split): each costs a kernel call (3 us for
+# the MaxPool kernels' 21 arguments) and they let the threads even out a slow core.
+PIECES_PER_THREAD = 4
+
 
 def split_parts(count: int, work: int | None = None, threads: int | None = None) -> int:
     """How many parts :func:`launch_split` runs ``count`` planes (or elements) in, on
@@ -170,9 +224,13 @@ def split_parts(count: int, work: int | None = None, threads: int | None = None)
 
 def launch_split(kernel, count: int, *args, work: int | None = None,
                  parts: int | None = None) -> list:
-    """Run ``kernel(*args, start, stop)`` over ``[0, count)`` in contiguous parts, one per
-    thread (poolfold's thread count), the calling thread taking the first part; what each
-    part returned, in order.
+    """Run ``kernel(*args, start, stop)`` over ``[0, count)`` on ``parts`` threads (poolfold's
+    thread count), the calling thread one of them; what each piece returned, in order.
+
+    A threaded call is cut into :data:`PIECES_PER_THREAD` contiguous pieces per thread, which
+    the threads claim in turn: a thread that runs slower (its core taken by another process,
+    or by the host of a virtual machine) takes fewer pieces, where with one fixed half per
+    thread the call waited for the slow half.
 
     ``work`` (elements the call reads and writes, if the caller knows it) caps the parts so
     each has at least :data:`MIN_WORK_PER_PART`: a small call runs in the calling thread.
@@ -181,11 +239,25 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
         parts = split_parts(count, work)
     if parts == 1:
         return [kernel(*args, 0, count)]
-    bounds = [count * i // parts for i in range(parts + 1)]
-    futures = [_pool().submit(kernel, *args, bounds[i], bounds[i + 1])
-               for i in range(1, parts)]
+    pieces = min(count, parts * PIECES_PER_THREAD)
+    bounds = [count * i // pieces for i in range(pieces + 1)]
+    claims = itertools.count()  # next() on it is atomic: each piece is claimed once
+
+    def run_pieces() -> list:
+        done = []
+        while True:
+            piece = next(claims)
+            if piece >= pieces:
+                return done
+            done.append((piece, kernel(*args, bounds[piece], bounds[piece + 1])))
+
+    pool = _pool()
+    _steer_workers()
+    futures = [pool.submit(run_pieces) for _ in range(parts - 1)]
     try:
-        first = kernel(*args, bounds[0], bounds[1])
+        done = run_pieces()
     finally:
-        results = [future.result() for future in futures]
-    return [first, *results]
+        theirs = [future.result() for future in futures]  # all waited for, even on an error
+    for pieces_done in theirs:
+        done += pieces_done
+    return [result for _, result in sorted(done, key=lambda d: d[0])]
