@@ -93,7 +93,7 @@ def test_a_slow_thread_takes_fewer_pieces(monkeypatch):
     assert ran.count(caller) == 1 and len(ran) == 8
 
 
-@pytest.mark.skipif(kernels._current_cpu is None or len(os.sched_getaffinity(0)) < 2,
+@pytest.mark.skipif(kernels._current_cpu_reader() is None or len(os.sched_getaffinity(0)) < 2,
                     reason="needs Linux's CPU affinity calls and two allowed CPUs")
 def test_pool_threads_are_kept_off_the_callers_cpu(monkeypatch):
     monkeypatch.setenv("POOLFOLD_NUM_THREADS", "2")

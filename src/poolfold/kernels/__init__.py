@@ -112,7 +112,12 @@ def _register_worker() -> None:
     _WORKERS.append(threading.get_native_id())
 
 
+@functools.lru_cache(maxsize=1)
 def _current_cpu_reader():
+    """The C library's ``sched_getcpu``, or None (found on the first threaded call: importing
+    ctypes would add to every process's start-up)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
     try:
         import ctypes
 
@@ -123,15 +128,13 @@ def _current_cpu_reader():
         return None
 
 
-_current_cpu = _current_cpu_reader() if hasattr(os, "sched_setaffinity") else None
-
-
 def _steer_workers() -> None:
     """Let the pool's threads run anywhere allowed but on the calling thread's core."""
     global _STEERED
-    if _current_cpu is None:
+    current_cpu = _current_cpu_reader()
+    if current_cpu is None:
         return
-    cpu = _current_cpu()
+    cpu = current_cpu()
     steered = (cpu, len(_WORKERS))
     if steered == _STEERED or cpu < 0:
         return
