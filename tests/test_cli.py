@@ -47,6 +47,31 @@ def test_run_bundled_model(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+# What `pip install .` leaves out: the test extra and the dask extra.
+NOT_INSTALLED_BY_DEFAULT = ("dask", "distributed", "zarr", "onnxruntime", "hypothesis",
+                            "pytest")
+WITHOUT_EXTRAS = f"""
+import sys
+for name in {NOT_INSTALLED_BY_DEFAULT!r}:
+    sys.modules[name] = None  # importing it now raises ImportError, as if not installed
+from poolfold.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("args", [["run"], ["bench", "--help"], ["conformance", "--help"]])
+def test_command_line_works_without_the_extras(tmp_path, args):
+    """The Quickstart's first command runs after a plain `pip install .`: the command line
+    imports none of the optional packages to start (the bundled model's other ops then run
+    on the reference evaluator)."""
+    result = subprocess.run([sys.executable, "-c", WITHOUT_EXTRAS, *args], capture_output=True,
+                            text=True, cwd=tmp_path, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    if args == ["run"]:
+        assert "ran in" in result.stdout and "segmentation" in result.stdout
+
+
 def test_run_output_npz_same_seed_same_arrays(tmp_path):
     a, b, c = tmp_path / "a.npz", tmp_path / "b.npz", tmp_path / "c.npz"
     for path, seed in ((a, 5), (b, 5), (c, 6)):

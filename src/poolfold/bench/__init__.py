@@ -113,7 +113,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--startup-case", action="append", default=[], choices=list(CASES),
                         metavar="CASE",
                         help=f"--startup with these first calls only (repeatable): {', '.join(CASES)}")
-    from ..dask.options import add_dask_arguments  # imports no dask
+    from .dask_options import add_dask_arguments  # imports no dask (poolfold.dask would)
 
     add_dask_arguments(parser)
     parser.set_defaults(handler=command)

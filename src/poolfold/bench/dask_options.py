@@ -1,5 +1,5 @@
-"""The options of ``poolfold bench --dask`` beside the flag itself (importing this module
-imports no dask)."""
+"""The options of ``poolfold bench --dask`` beside the flag itself.  They live here, not in
+poolfold.dask, whose package imports dask: the command line must work without it."""
 
 from __future__ import annotations
 
