@@ -107,6 +107,33 @@ def test_pool_threads_are_kept_off_the_callers_cpu(monkeypatch):
         assert os.sched_getaffinity(worker) == os.sched_getaffinity(0) - {steered_from}
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_runs_threaded_calls_on_a_pool_of_its_own(monkeypatch):
+    """A forked child has none of its parent's pool threads: its first threaded call starts
+    a pool of its own instead of waiting forever on the parent's."""
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", "2")
+    kernels.launch_split(lambda start, stop: None, 4)  # the parent's pool is running
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        status = 1
+        try:
+            done = kernels.launch_split(lambda start, stop: (start, stop), 4)
+            status = 0 if done == [(i, i + 1) for i in range(4)] else 1
+        finally:
+            os._exit(status)
+    deadline = time.monotonic() + 60
+    while True:
+        finished, status = os.waitpid(pid, os.WNOHANG)
+        if finished:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's threaded call never finished")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_launch_split_raises_what_a_part_raises(monkeypatch):
     monkeypatch.setenv("POOLFOLD_NUM_THREADS", "2")
 

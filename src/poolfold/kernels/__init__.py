@@ -96,6 +96,10 @@ def _forget_pool() -> None:  # a forked child has none of the parent's threads
     _STEERED = None
 
 
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 # Keeping the pool's threads off the caller's core (Linux).  A woken thread is placed on the
 # core of the thread that woke it when the scheduler finds that cheap, and then the two halves
 # of a call run one after the other on one core while the other idles, until the scheduler's
