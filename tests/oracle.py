@@ -72,8 +72,9 @@ def _ceil_div(a, b):
 
 
 def _max_pool_geometry(n, k, s, d, pb, pe, auto_pad, ceil_mode):
-    """(out, pad_begin) for one spatial axis, as docs/semantics.md 'MaxPool' says."""
-    assert n >= 1 and k >= 1 and s >= 1 and d >= 1
+    """(out, pad_begin) for one spatial axis, as docs/semantics.md 'MaxPool' says.  An axis
+    of size 0 is allowed: pads alone may hold windows (all of them empty)."""
+    assert n >= 0 and k >= 1 and s >= 1 and d >= 1
     K = (k - 1) * d + 1  # effective kernel
     if auto_pad == "NOTSET":
         assert pb >= 0 and pe >= 0

@@ -13,12 +13,14 @@ are padding.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
 from .errors import PoolfoldError, PoolfoldTypeError
+from .memory import check_table
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -152,6 +154,9 @@ class WindowPlan:
     pad_begin: tuple[int, ...]  # padding actually applied before each axis
     pad_end: tuple[int, ...]  # padding after each axis that the output can reach
     out_shape: tuple[int, ...]  # spatial output dims, each >= 1
+    # The op and version that planned it, for the errors of the tables built from it; not
+    # part of the geometry (plans of different ops with the same windows are equal).
+    label: str = field(default="", compare=False, repr=False)
 
     @property
     def rank(self) -> int:
@@ -180,6 +185,8 @@ class WindowPlan:
         input, so the array is never larger than a plane."""
         if any((k - 1) * d >= n for n, k, d in zip(self.in_shape, self.kernel, self.dilations)):
             return np.zeros(1, np.int64)
+        # No larger than a plane, but a plane of an empty batch holds no data: still checked.
+        check_table(self.label, "the window's tap offsets", (math.prod(self.kernel),), np.int64)
         offsets = np.zeros(1, np.int64)
         for k, d, stride in zip(self.kernel, self.dilations, row_major_strides(self.in_shape)):
             offsets = np.add.outer(offsets, np.arange(k, dtype=np.int64) * (d * stride)).ravel()
@@ -188,6 +195,9 @@ class WindowPlan:
     @functools.cached_property
     def taps(self) -> TapTable:
         width = max(self.out_shape)
+        # A row per output along an axis: an empty batch with huge pads has an output of no
+        # element but rows of terabytes, refused here rather than as numpy's MemoryError.
+        check_table(self.label, "the window tap table", (3, self.rank, width), np.int64)
         first = np.zeros((self.rank, width), np.int64)
         lo = np.zeros((self.rank, width), np.int64)
         hi = np.zeros((self.rank, width), np.int64)
@@ -275,6 +285,7 @@ def _window_plan(label, in_shape, attributes, auto_pad, ceil_mode, kernel_name) 
         tuple(begins),
         tuple(ends),
         tuple(outs),
+        label,
     )
 
 

@@ -20,14 +20,25 @@ def _physical_memory() -> int:
 
 
 def check_size(label: str, what: str, shape: tuple[int, ...], dtype) -> None:
-    """Refuse, with a PoolfoldError, an array of ``shape`` larger than physical memory.
-    Linux overcommits, so numpy alone would often "succeed" and the process would be killed
-    later while writing."""
+    """Refuse, with a PoolfoldError, an output ``what`` of ``shape`` larger than physical
+    memory.  Linux overcommits, so numpy alone would often "succeed" and the process would be
+    killed later while writing."""
+    _refuse_beyond_memory(label, f"output '{what}'", shape, dtype)
+
+
+def check_table(label: str, what: str, shape: tuple[int, ...], dtype) -> None:
+    """:func:`check_size` for a table or scratch buffer a call builds besides its outputs.
+    Tables are sized by the geometry (outputs per axis, window taps), not by the data: an
+    empty batch with huge pads has an output of no element and a table of terabytes."""
+    _refuse_beyond_memory(label, what, shape, dtype)
+
+
+def _refuse_beyond_memory(label: str, description: str, shape, dtype) -> None:
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > _physical_memory():
         raise PoolfoldError(
-            f"{label}: output '{what}' of shape {tuple(shape)} ({dtype.name}) needs "
+            f"{label}: {description} of shape {tuple(shape)} ({dtype.name}) needs "
             f"{nbytes / 2**30:.1f} GiB, more than this machine's memory"
         )
 

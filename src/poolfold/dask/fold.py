@@ -64,7 +64,7 @@ def box_plan(plan: WindowPlan, start, size) -> WindowPlan:
     """``plan`` for the blocks of one box of its grid: the same image, the grid shifted."""
     pad_begin = tuple(pb - g * s for pb, g, s in zip(plan.pad_begin, start, plan.strides))
     return WindowPlan(plan.in_shape, plan.kernel, plan.strides, plan.dilations, pad_begin,
-                      plan.pad_end, tuple(size))
+                      plan.pad_end, tuple(size), plan.label)
 
 
 def _box_columns(columns, l0, start, size, grid):

@@ -64,7 +64,7 @@ def block_plan(plan: WindowPlan, axis_blocks) -> WindowPlan:
         out_shape.append(o1 - o0)
         pad_end.append(max(0, (o1 - o0 - 1) * s - pb + span - (hi - lo)))
     return WindowPlan(tuple(in_shape), plan.kernel, plan.strides, plan.dilations,
-                      tuple(pad_begin), tuple(pad_end), tuple(out_shape))
+                      tuple(pad_begin), tuple(pad_end), tuple(out_shape), plan.label)
 
 
 def global_indices(local: np.ndarray, block_spatial, origin, spatial, plane0, channels,

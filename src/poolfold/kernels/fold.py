@@ -14,6 +14,7 @@ from numba import njit, types
 from numba.extending import overload
 
 from ..geometry import row_major_strides
+from ..memory import check_table
 from . import helper
 
 from .half import HALF_BITS, as_float32
@@ -88,6 +89,7 @@ def fold_tables(plan) -> tuple:
     image_strides = row_major_strides(image)
     grid_strides = row_major_strides(grid)
     width = max(block)
+    check_table(plan.label, "the fold's block tables", (2, rank, width), np.int64)
     g_lo = np.zeros((rank, width), np.int64)
     g_hi = np.zeros((rank, width), np.int64)
     for a in range(rank):
@@ -101,6 +103,9 @@ def fold_tables(plan) -> tuple:
     row_blocks = int(grid_strides[last - 1]) if rank > 1 else 0  # blocks per grid row
     rows_join = bool(rank > 1 and step_last == 1 and row_blocks <= 32767  # column is int16
                      and steps[last - 1] * image_strides[last - 1] == grid_strides[last - 1])
+    if rows_join:
+        check_table(plan.label, "the fold's column table", (grid[last - 1] * row_blocks,),
+                    np.int64)  # np.arange's, before the int16 copy
     column = (np.arange(grid[last - 1] * row_blocks) % row_blocks).astype(np.int16) \
         if rows_join else np.zeros(0, np.int16)
     return (taps.first, g_lo, g_hi, image_strides, grid_strides,

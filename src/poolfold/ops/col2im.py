@@ -103,11 +103,12 @@ class FoldLaunch:
         self.half = dtypes.is_half(dtype)
         # Half types accumulate in float32, then round once.
         self.accumulator = np.float32 if self.half else dtype
+        self.planes = out_shape[0] * out_shape[1]
         if not self.strings:
             check_size(spec.label, "output", out_shape, self.accumulator)
-            self.tables = fold_tables(plan)
+            # An output of no plane needs no tables (and an empty batch's may be huge).
+            self.tables = fold_tables(plan) if self.planes else None
             self.identity = _identity(dtype)
-        self.planes = out_shape[0] * out_shape[1]
         self.block_size = math.prod(plan.kernel)
         self.parts = split_parts(self.planes, x_size + math.prod(out_shape), threads)
 
@@ -155,6 +156,9 @@ def _fold_strings(spec, x, plan: WindowPlan, out_shape):
     planes = out_shape[0] * out_shape[1]
     block_size = math.prod(plan.kernel)
     out = allocate(spec.label, "output", (planes, math.prod(plan.in_shape)), object, empty)
+    if planes == 0:  # nothing to fold: no Python loop over an empty batch's blocks
+        return out.reshape(out_shape) if x.dtype.kind == "O" else \
+            out.reshape(out_shape).astype(x.dtype.kind)
     columns = x.reshape(planes, block_size, x.shape[2]).astype(object)
     offsets = np.indices(plan.kernel).reshape(plan.rank, -1)  # block offsets, row-major
     taps = plan.taps

@@ -33,7 +33,7 @@ def _with_channels(plan: WindowPlan, channels: int) -> WindowPlan:
     plans are, so its tap table is built once)."""
     return WindowPlan(plan.in_shape + (channels,), plan.kernel + (1,), plan.strides + (1,),
                       plan.dilations + (1,), plan.pad_begin + (0,), plan.pad_end + (0,),
-                      plan.out_shape + (channels,))
+                      plan.out_shape + (channels,), plan.label)
 
 
 def max_pool(
