@@ -338,14 +338,15 @@ def test_reference_ops_max_pool_int8_and_bfloat16():
 @pytest.mark.parametrize("attrs", [dict(storage_order=1), dict(auto_pad="SAME_LOWER",
                                                                 strides=[2, 2])])
 def test_reference_ops_replace_the_evaluators_own(attrs):
-    """Where the evaluator's own MaxPool is wrong (docs/semantics.md: SAME_LOWER; plane offset with
-    storage_order 1), the plugged-in ops give the oracle's answer."""
+    """On the cases docs/semantics.md names as the evaluator's own MaxPool's weak spots
+    (SAME_LOWER; the plane offset with storage_order 1, here with C = 2), the evaluator with
+    the plugged-in ops gives the oracle's answer.  (Nothing is asserted about onnx's own
+    MaxPool: whether it is still wrong there is onnx's business.)"""
     x = np.random.default_rng(10).standard_normal((1, 2, 5, 5)).astype(np.float32)
     model = _max_pool_model(12, TensorProto.FLOAT, attrs)
     want_y, want_i = oracle.max_pool(x, [2, 2], **attrs)
-    own_y, own_i = _evaluate(model, {"X": x}, ops=False)
-    assert not (np.array_equal(own_y, want_y) and np.array_equal(own_i, want_i))
     y, indices = _evaluate(model, {"X": x})
+    assert y.dtype == np.float32 and indices.dtype == np.int64
     np.testing.assert_array_equal(y, want_y)
     np.testing.assert_array_equal(indices, want_i)
 

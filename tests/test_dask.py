@@ -48,7 +48,7 @@ def tied(shape, dtype=np.float32, seed=0, nan=True):
     """Few distinct values (many ties), a NaN or two."""
     rng = np.random.default_rng(seed)
     x = rng.integers(-3, 4, shape).astype(dtype)
-    if nan and x.size > 3 and np.dtype(dtype).kind == "f" or dtype == ml_dtypes.bfloat16:
+    if nan and x.size > 3 and (np.dtype(dtype).kind == "f" or dtype == ml_dtypes.bfloat16):
         x.flat[rng.integers(0, x.size, 2)] = np.nan
     return x
 
@@ -182,13 +182,25 @@ def _tasks(array):
 
 def test_nhwc_max_pool_with_activation():
     x = tied((2, 9, 8, 3))
-    for kw in (dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1], activation="Relu"),
-               dict(kernel_shape=[2, 2], auto_pad="SAME_LOWER", activation="Clip",
-                    activation_params=[-1.0, 1.5], storage_order=1)):
+    # Input chunks N (1, 1), H (4, 4, 1), W (3, 3, 2), C (2, 1).  Spatial output chunks by the
+    # documented rule (an output belongs to the chunk holding its window's centre tap
+    # o*s - pb + (K-1)//2; centres in the padding go to the first / last chunk):
+    # - kernel [3, 2], strides 2, pads begin [1, 0]: H centres 0 2 4 6 8 -> (2, 2, 1);
+    #   W centres 0 2 4 6 -> (2, 1, 1).
+    # - kernel [2, 2], SAME_LOWER, stride 1 (pads begin 1): H centres -1..7 -> (5, 4), the
+    #   last chunk holds none; W centres -1..6 -> (4, 3, 1).
+    # Indices (NCHW) have those chunks in NCHW order.
+    for kw, spatial_chunks in (
+            (dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1], activation="Relu"),
+             ((2, 2, 1), (2, 1, 1))),
+            (dict(kernel_shape=[2, 2], auto_pad="SAME_LOWER", activation="Clip",
+                  activation_params=[-1.0, 1.5], storage_order=1),
+             ((5, 4), (4, 3, 1)))):
         expected = poolfold.nhwc.max_pool(x, return_indices=True, **kw)
         got = pdask.nhwc.max_pool(da.from_array(x, chunks=(1, 4, 3, 2)), return_indices=True,
                                   **kw)
-        assert got[1].chunks == ((1, 1), (2, 1), (2, 2, 1), (2, 1, 1))[:2] + got[1].chunks[2:]
+        assert got[0].chunks == ((1, 1), *spatial_chunks, (2, 1))
+        assert got[1].chunks == ((1, 1), (2, 1), *spatial_chunks)
         for g, e in zip(dask.compute(*got, **THREADS), expected):
             assert_same(g, e)
 

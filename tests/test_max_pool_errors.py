@@ -161,13 +161,27 @@ def test_float_array_attributes_are_type_errors():
         poolfold.max_pool(X2D, np.array([2.0, 2.0]))
 
 
-@pytest.mark.parametrize("value", [1.5, "SAME_UPPER", None], ids=repr)
+@pytest.mark.parametrize("value", [1.5, "SAME_UPPER"], ids=repr)
 def test_non_sequence_attributes(value):
     for attribute in ("strides", "pads", "dilations"):
-        if value is None:
-            continue  # None means "default" for these
         with raises(PoolfoldTypeError, "MaxPool-22", f"'{attribute}'"):
             poolfold.max_pool(X2D, [2, 2], **{attribute: value})
+
+
+@pytest.mark.parametrize("attribute, default", [("strides", [1, 1]), ("pads", [0, 0, 0, 0]),
+                                                ("dilations", [1, 1])])
+def test_none_attribute_means_the_default(attribute, default):
+    """None is not an error for these: it means the default (strides 1, pads 0, dilations 1)."""
+    y, i = poolfold.max_pool(X2D, [2, 2], return_indices=True, **{attribute: None})
+    # X2D increases along every axis: each 2x2 window's maximum is its last (bottom-right) tap
+    want_y = X2D[:, :, 1:, 1:]
+    want_i = np.arange(X2D.size, dtype=np.int64).reshape(X2D.shape)[:, :, 1:, 1:]
+    assert y.dtype == X2D.dtype and y.shape == want_y.shape
+    assert np.array_equal(y, want_y)
+    assert i.dtype == np.int64 and np.array_equal(i, want_i)
+    y2, i2 = poolfold.max_pool(X2D, [2, 2], return_indices=True, **{attribute: default})
+    assert np.array_equal(y2, y) and np.array_equal(i2, i)
+    assert poolfold.max_pool_shape(X2D.shape, [2, 2], **{attribute: None}) == want_y.shape
 
 
 @pytest.mark.parametrize("opset, label", [(None, "MaxPool-22"), (8, "MaxPool-8"),

@@ -89,6 +89,12 @@ def to_nhwc(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(a, 1, -1))
 
 
+def bits(a: np.ndarray) -> np.ndarray:
+    """A contiguous same-width unsigned-int view of ``a``'s elements (any float type,
+    bfloat16 and float16 included): -0.0 != 0.0, and NaN payloads and signs count."""
+    return np.ascontiguousarray(a).view(np.dtype(f"u{a.dtype.itemsize}"))
+
+
 def assert_matches(got: np.ndarray, want: np.ndarray, dtype: np.dtype, activation) -> None:
     assert isinstance(got, np.ndarray)
     assert got.dtype == want.dtype, (got.dtype, want.dtype)
@@ -97,8 +103,13 @@ def assert_matches(got: np.ndarray, want: np.ndarray, dtype: np.dtype, activatio
         assert np.array_equal(np.isnan(got), np.isnan(want)), "NaN positions differ"
     if activation in INEXACT:
         np.testing.assert_allclose(got, want, rtol=RTOL[dtype], atol=ATOL[dtype], equal_nan=True)
-    else:
-        np.testing.assert_array_equal(got, want)
+    else:  # exact: the same bits
+        g, w = bits(got), bits(want)
+        if not np.array_equal(g, w):
+            bad = tuple(int(v) for v in np.argwhere(g != w)[0])
+            raise AssertionError(
+                f"{int((g != w).sum())} elements differ in their bits, first at {bad}: got "
+                f"{got[bad]!r} ({int(g[bad]):#x}), want {want[bad]!r} ({int(w[bad]):#x})")
 
 
 # ------------------------------------------------------------------------------ strategies
@@ -295,8 +306,17 @@ def test_nhwc_pool_then_unpool_restores_maxima(case):
     restored = poolfold.nhwc.max_unpool(y, indices, case["kernel"], output_shape=list(x.shape))
     want = oracle.max_unpool(np.moveaxis(y, -1, 1), indices, case["kernel"],
                              output_shape=list(x.shape))
-    np.testing.assert_array_equal(restored, to_nhwc(want))
-    assert restored.shape == to_nhwc(x).shape
+    assert restored.shape == to_nhwc(x).shape and restored.dtype == x.dtype
+    assert np.array_equal(bits(restored), bits(to_nhwc(want)))
+    # against x itself (docs/semantics.md, MaxUnpool): every maximum back in its place, bit for
+    # bit, and 0 everywhere else.  The indices are NCHW-flat positions in x.
+    restored_flat = bits(np.moveaxis(restored, -1, 1)).reshape(-1)
+    x_flat = bits(x).reshape(-1)
+    hit = np.zeros(x.size, bool)
+    hit[indices.reshape(-1)] = True
+    assert hit.any()
+    assert np.array_equal(restored_flat[hit], x_flat[hit])
+    assert (restored_flat[~hit] == 0).all()  # +0.0
 
 
 # ------------------------------------------------------------------------------ fixed examples
@@ -472,13 +492,20 @@ def test_error_version_attributes():
             "MaxUnpool", "8")
 
 
-@pytest.mark.parametrize("op", ["MaxPool", "MaxUnpool"])
-def test_type_error_hint_points_to_a_version_that_accepts_the_type(op):
+@pytest.mark.parametrize("op, dtype, opset, hinted", [
+    ("MaxPool", ml_dtypes.bfloat16, None, None),  # no com.ms.internal.nhwc version has bfloat16
+    ("MaxUnpool", ml_dtypes.bfloat16, None, None),
+    ("MaxUnpool", np.int8, None, None),  # nor MaxUnpool int8
+    ("MaxPool", np.int8, 8, 12),  # int8 from nhwc MaxPool-12
+    ("MaxPool", np.int8, 1, 12),
+], ids=str)
+def test_type_error_hint_points_to_a_version_that_accepts_the_type(op, dtype, opset, hinted):
     """A type error may say from which version a type is accepted; for the nhwc domain that
-    version must exist there and accept it.  (No com.ms.internal.nhwc version has bfloat16.)"""
+    version must exist there and accept it, and where no nhwc version accepts the type the
+    message must not point to one (an ai.onnx version would be a false lead)."""
     import re
 
-    x = X4.astype(ml_dtypes.bfloat16)
+    x = X4.astype(dtype)
     if op == "MaxPool":
         def call(opset=None):
             return poolfold.nhwc.max_pool(x, [2, 2], opset=opset)
@@ -487,10 +514,14 @@ def test_type_error_hint_points_to_a_version_that_accepts_the_type(op):
             return poolfold.nhwc.max_unpool(x, np.zeros((1, 2, 4, 4), np.int64), [2, 2],
                                             opset=opset)
     with pytest.raises(TypeError) as info:
-        call()
+        call(opset)
     hint = re.search(r"accepted from \S*?-(\d+)", str(info.value))
-    if hint:
-        call(int(hint.group(1)))  # the version the message points to must accept bfloat16
+    if hinted is None:
+        assert hint is None, str(info.value)
+    else:
+        assert hint is not None, str(info.value)
+        assert int(hint.group(1)) == hinted, str(info.value)
+        call(hinted)  # the version the message points to accepts the type
 
 
 def test_float16_activation_emits_no_spurious_warning():
