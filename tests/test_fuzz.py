@@ -75,3 +75,53 @@ def test_max_pool_zero_size_spatial_axis_with_pads_gives_empty_windows(shape, dt
     y, i = poolfold.nhwc.max_pool(nhwc, [1] * rank, pads=[2] * (2 * rank), return_indices=True)
     assert y.shape == (shape[0],) + want[2:] + (shape[1],) and (y == lowest).all()
     assert i.shape == want and (i == -1).all()
+
+
+# ------------------------------------------------------------------ the judge itself
+
+VALID_POOL = {"op": "max_pool", "x": {"dtype": "float32", "shape": (1, 2, 5, 5), "layout": (),
+                                      "values": "normal", "seed": 3},
+              "kwargs": {"kernel_shape": [3, 3], "strides": [2, 2]}}
+
+
+def _refusing(monkeypatch, message):
+    from fuzz import judge
+
+    def refuse(*args, **kwargs):
+        raise poolfold.PoolfoldError(message)
+
+    monkeypatch.setitem(judge.FUNCTIONS, "max_pool", refuse)
+    return judge
+
+
+def test_judge_fails_a_refusal_of_a_valid_call(monkeypatch):
+    """A regression that refuses valid calls must fail the campaign, not pass "by error"."""
+    judge = _refusing(monkeypatch, "MaxPool-22: attribute 'strides' is not allowed")
+    status, detail = judge.judge(VALID_POOL)
+    assert status == "fail" and "contract says is valid" in detail, detail
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    ({"kernel_shape": [3, 3], "strides": [0, 2]}, "below 1"),
+    ({"kernel_shape": [9, 9]}, "no window fits"),
+    ({"kernel_shape": [3, 3], "dilations": [1, 1], "opset": 8}, "dilations on MaxPool-8"),
+    ({"kernel_shape": [3, 3], "auto_pad": "VALID", "pads": [1, 1, 1, 1]}, "with auto_pad"),
+])
+def test_judge_passes_a_refusal_of_an_invalid_call(monkeypatch, kwargs, reason):
+    judge = _refusing(monkeypatch, "MaxPool-22: refused")
+    status, detail = judge.judge(dict(VALID_POOL, kwargs=kwargs))
+    assert status == "error" and reason in detail, detail
+
+
+def test_judge_wants_a_size_refusal_to_say_so(monkeypatch):
+    huge = dict(VALID_POOL, kwargs={"kernel_shape": [1, 1], "pads": [0, 0, 2**38, 2**38]})
+    judge = _refusing(monkeypatch, "MaxPool-22: refused")
+    assert judge.judge(huge)[0] == "fail"
+    judge = _refusing(monkeypatch, "MaxPool-22: needs 9 TiB, more than this machine's memory")
+    assert judge.judge(huge)[0] == "error"
+
+
+def test_judge_still_passes_a_right_value():
+    from fuzz import judge
+
+    assert judge.judge(VALID_POOL) == ("value", "")

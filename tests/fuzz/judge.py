@@ -2,7 +2,9 @@
 
 A case passes *by value* when poolfold returns exactly what the oracle returns (same shape,
 same type once byte order is set aside, the same bits), and *by error* when it raises
-``PoolfoldError`` / ``PoolfoldTypeError`` naming the op.  It fails on any other exception,
+``PoolfoldError`` / ``PoolfoldTypeError`` naming the op for a call the contract refuses too
+(:mod:`fuzz.validity`: an invalid call, or one too large for memory where the refusal says
+so).  It fails on any other exception,
 on a value the oracle does not give (or for an input the oracle refuses), and on any change
 to its inputs.  Crashes, hangs and memory beyond the limit are caught by the worker's parent.
 """
@@ -10,6 +12,7 @@ to its inputs.  Crashes, hangs and memory beyond the limit are caught by the wor
 from __future__ import annotations
 
 import math
+from typing import Callable, NamedTuple
 
 import numpy as np
 from onnx import helper
@@ -20,7 +23,7 @@ import poolfold.backend
 import poolfold.nhwc
 from poolfold import PoolfoldError, PoolfoldTypeError
 
-from . import cases
+from . import cases, validity
 
 FUNCTIONS = {
     "max_pool": poolfold.max_pool,
@@ -121,18 +124,29 @@ def _node(op, args, kwargs):
     return node, inputs, opset, read_back
 
 
-def _call(spec):
-    """Run the case: (result, the call as the oracle should see it: args, kwargs)."""
+class Call(NamedTuple):
+    """A case ready to run: ``run()`` gives poolfold's result; ``args`` and ``kwargs`` are
+    the call as the oracles should see it (for a node: its attributes as they read back)."""
+
+    run: Callable
+    args: list
+    kwargs: dict
+
+
+def _prepare(spec) -> Call:
     op, args, kwargs = cases.build(spec)
     if spec.get("via") == "run_node":
         node, inputs, opset, attributes = _node(op, args, kwargs)
-        snapshots = [_snapshot(v) for v in inputs]
-        try:
-            result = poolfold.backend.run_node(node, inputs, opset_version=opset)
-        finally:
-            _check_untouched(inputs, snapshots)
-        result = tuple(result)
-        result = result if len(node.output) > 1 else result[0]
+
+        def run_node():
+            snapshots = [_snapshot(v) for v in inputs]
+            try:
+                result = poolfold.backend.run_node(node, inputs, opset_version=opset)
+            finally:
+                _check_untouched(inputs, snapshots)
+            result = tuple(result)
+            return result if len(node.output) > 1 else result[0]
+
         kwargs = dict(attributes, opset=opset)
         if op.endswith("max_pool"):
             kwargs["return_indices"] = len(node.output) > 1
@@ -140,13 +154,18 @@ def _call(spec):
         elif op.endswith("max_unpool"):
             kwargs["output_shape"] = inputs[2] if len(inputs) > 2 else None
             args = [args[0], args[1], kwargs.pop("kernel_shape", None)]
-        return result, args, kwargs
-    snapshots = [_snapshot(v) for v in args] + [_snapshot(v) for v in kwargs.values()]
-    try:
-        result = FUNCTIONS[op](*args, **kwargs)
-    finally:
-        _check_untouched(list(args) + list(kwargs.values()), snapshots)
-    return result, args, kwargs
+        else:
+            args = [args[0], inputs[1], inputs[2]]
+        return Call(run_node, args, kwargs)
+
+    def run_function():
+        snapshots = [_snapshot(v) for v in args] + [_snapshot(v) for v in kwargs.values()]
+        try:
+            return FUNCTIONS[op](*args, **kwargs)
+        finally:
+            _check_untouched(list(args) + list(kwargs.values()), snapshots)
+
+    return Call(run_function, args, kwargs)
 
 
 def _check_untouched(values, snapshots):
@@ -283,20 +302,43 @@ def _expected(op, args, kwargs, result):
     return oracle.col2im(x, args[1], args[2], **kwargs)
 
 
+# What a refusal for size says (the library's own wording, or numpy's for an empty array
+# whose other dims overflow its index range).
+SIZE_WORDS = ("more than this machine's memory", "array is too big", "cannot allocate")
+
+
+def _judge_refusal(op, args, kwargs, error) -> tuple[str, str]:
+    """A refusal passes only where the contract refuses the call too (or may: ``EITHER``),
+    or where the call is too large and the refusal says so.  A refusal of a call the
+    contract says is valid fails, whether or not the value oracle could compute it: a
+    regression that refuses valid calls must not pass as "by error"."""
+    found = validity.verdict(op, args, kwargs)
+    detail = f"{type(error).__name__}: {error} [contract: {found.kind}: {found.reason}]"
+    if found.kind in (validity.INVALID, validity.EITHER):
+        return "error", detail
+    if found.kind == validity.TOO_LARGE:
+        if any(words in str(error) for words in SIZE_WORDS):
+            return "error", detail
+        return "fail", f"refused a call too large for memory without saying so: {detail}"
+    return "fail", f"refused a call the contract says is valid: {detail}"
+
+
 def judge(spec) -> tuple[str, str]:
     """("value" | "error" | "unchecked" | "fail", detail) for one case.  "unchecked" is a
     returned value too large for the oracle; "error" details say whether the oracle would
     have computed a value (an input poolfold refuses but the oracle does not)."""
     op = spec["op"]
     op_type = cases.OP_TYPES[op]
+    call = _prepare(spec)
+    args, kwargs = call.args, call.kwargs
     try:
-        result, args, kwargs = _call(spec)
+        result = call.run()
     except Failure as failure:
         return "fail", str(failure)
     except (PoolfoldError, PoolfoldTypeError) as error:
         if op_type not in str(error):
             return "fail", f"{type(error).__name__} does not name {op_type}: {error}"
-        return "error", f"{type(error).__name__}: {error}"
+        return _judge_refusal(op, args, kwargs, error)
     except Exception as error:  # noqa: BLE001 - any other exception is the defect sought
         return "fail", f"{type(error).__name__}: {error}"
     try:
