@@ -94,7 +94,12 @@ def add_arguments(parser) -> None:
     from .workloads import BY_KEY
 
     parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
-                        help=f"which workloads (default all): {', '.join(BY_KEY)}")
+                        help=f"which workloads (default all): {', '.join(BY_KEY)}; or, with "
+                             "--matrix, which of its cases")
+    parser.add_argument("--matrix", action="store_true",
+                        help="time the MaxPool shape matrix (ranks 1-3, windows 2-256, "
+                             "strides, pads, dilations, ceil_mode, every type, both layouts, "
+                             "batch 1 and large) instead of the standard workloads")
     parser.add_argument("--repeat", type=_positive, default=15, metavar="N",
                         help="timed rounds per implementation (default 15)")
     parser.add_argument("--threads", type=_positive, default=2, metavar="T",
@@ -167,6 +172,8 @@ def command(args) -> int:
     from .peers import set_threads
     from .workloads import BY_KEY
 
+    if args.matrix:
+        from .matrix import MATRIX_BY_KEY as BY_KEY
     keys = list(dict.fromkeys(args.workloads)) or list(BY_KEY)
     unknown = [k for k in keys if k not in BY_KEY]
     if unknown:
@@ -176,6 +183,8 @@ def command(args) -> int:
         return _error("--plot draws the timing table: drop --no-timing")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         return _error('--plot needs matplotlib: pip install "poolfold[plot]"')
+    if args.matrix and any(getattr(args, s.name) for s in SECTIONS):
+        return _error("--matrix times the shape matrix only: run the other sections without it")
     args.workloads = keys
     args.startup = args.startup or args.startup_all or bool(args.startup_case)
     sections = [s for s in SECTIONS if getattr(args, s.name)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 from .runner import PAUSE_S, SETTLE_CALLS, passes
-from .workloads import COLUMNS, MEMCOPY, ONNXRUNTIME, ONNXRUNTIME_NO_SPIN, REFERENCE
+from .workloads import COLUMNS, ONNXRUNTIME, ONNXRUNTIME_NO_SPIN, REFERENCE, STREAM
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -32,22 +32,24 @@ def format_results(results: list[dict], meta: dict) -> str:
     for r in results:
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
         if r["ratio"] is not None and r["baseline"] not in (ONNXRUNTIME, ONNXRUNTIME_NO_SPIN):
-            ratio += "*"
+            ratio += f" ({COLUMNS[r['baseline']]})"
         rows.append([r["key"]] + [_cell(r, c) for c in columns]
-                    + [ratio, f"{r['copy_multiple']:.2f}"])
+                    + [ratio, f"{r['stream_multiple']:.2f}"])
     lines = [
         f"poolfold bench: median ms ±half the interquartile range, {meta['repeat']} rounds per "
         f"implementation in {passes(meta['repeat'])} blocks, {meta['threads']} threads "
         f"({meta['cpu_count']} CPUs), {meta['platform']}",
         "",
-        table(["workload"] + [COLUMNS[c] for c in columns] + ["pf/ort", "pf/copy"], rows),
+        table(["workload"] + [COLUMNS[c] for c in columns] + ["pf/ort", "pf/stream"], rows),
         "",
         f"Each implementation at its defaults, timed in its own blocks of calls, each block "
         f"after a {PAUSE_S:g} s pause and {SETTLE_CALLS} untimed call.",
         f"{COLUMNS[ONNXRUNTIME]}: onnxruntime at its default session options (idle threads spin); "
         f"{COLUMNS[ONNXRUNTIME_NO_SPIN]}: with session.intra_op.allow_spinning=0.",
-        "pf/ort: poolfold / the faster of the two (* = / poolfold float32 on the same values).",
-        "pf/copy: poolfold / memcopy, np.copyto of the bytes poolfold reads and writes.",
+        "pf/ort: poolfold / the faster of the two; where onnxruntime has no kernel, / the peer "
+        "named in brackets (the fastest other peer, or poolfold float32 on the same values).",
+        "pf/stream: poolfold / stream, a kernel that reads X once and writes Y once on "
+        "poolfold's threads: the memory-speed limit of the call.",
     ]
     if REFERENCE in columns:
         lines.append(f"{COLUMNS[REFERENCE]}: onnx's ReferenceEvaluator on the N=1 slice, time "
@@ -73,7 +75,7 @@ def plot(results: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     shown = [r for r in results if r["ms"].get(r["baseline"])]
-    names = [c for c in COLUMNS if c != MEMCOPY
+    names = [c for c in COLUMNS if c != STREAM
              and any(r["ms"].get(c) is not None and c != r["baseline"] for r in shown)]
     figure, axes = plt.subplots(figsize=(max(6.0, 1.2 * len(shown) + 2), 4.5))
     width = 0.8 / max(len(names), 1)

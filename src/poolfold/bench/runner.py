@@ -24,8 +24,9 @@ import numpy as np
 from ..console import first_line
 from ..kernels import background
 from .peers import Unavailable, onnxruntime_runner, reference_runner, torch_runner
-from .workloads import (BASELINE_SETTINGS, MEMCOPY, ONNXRUNTIME, ONNXRUNTIME_NO_SPIN, POOLFOLD,
-                        REFERENCE, TORCH, Runner, Workload)
+from .workloads import (BASELINE_SETTINGS, ONNXRUNTIME, ONNXRUNTIME_NO_SPIN,
+                        OTHER_PEERS, POOLFOLD, REFERENCE, SCIPY, STREAM, TORCH, Runner, Workload)
+from .yardstick import stream_runner
 
 WARMUP_CALLS = 2  # the first call compiles (or loads from numba's cache), the second settles
 PASSES = 3  # each implementation's rounds are split into this many blocks, taken in turns
@@ -44,8 +45,8 @@ class Result:
     samples_ms: dict  # implementation -> every timed round, in the order timed
     baseline: str  # the implementation poolfold's ratio is taken to: the fastest setting
     ratio: float | None  # poolfold / baseline
-    copy_multiple: float  # poolfold / memcopy
-    bytes_moved: int  # inputs + outputs of poolfold's call: what memcopy copies
+    stream_multiple: float  # poolfold / stream: how far from reading X and writing Y once
+    bytes_moved: int  # inputs + outputs of poolfold's call: what the stream reads and writes
     notes: list
 
 
@@ -111,7 +112,8 @@ def time_blocks(runners: dict, rounds: dict, repeat: int, tick=lambda p: None,
 
 
 def run_workload(workload: Workload, repeat: int, threads: int, tick=lambda s: None) -> Result:
-    """Time one workload: every implementation that can run it, plus the memory-copy limit."""
+    """Time one workload: every implementation that can run it, plus the memory-speed
+    yardstick (:mod:`.yardstick`)."""
     feeds = workload.inputs()
     node_feeds = workload.node_feeds(feeds)
     notes: list[str] = []
@@ -120,7 +122,9 @@ def run_workload(workload: Workload, repeat: int, threads: int, tick=lambda s: N
     scale: dict[str, float] = {}
 
     runners[POOLFOLD] = lambda: workload.poolfold(feeds)
-    moved = nbytes(list(feeds.values())) + nbytes(runners[POOLFOLD]())  # also the first warm-up
+    read = nbytes(list(feeds.values()))
+    written = nbytes(runners[POOLFOLD]())  # also the first warm-up
+    moved = read + written
     # With an empty cache that call may have run a stand-in kernel while the fast one compiles
     # in a child process: time the kernel poolfold settles on, not the stand-in.
     background.wait()
@@ -137,13 +141,17 @@ def run_workload(workload: Workload, repeat: int, threads: int, tick=lambda s: N
 
     if workload.node is None:
         runners[ONNXRUNTIME] = runners[ONNXRUNTIME_NO_SPIN] = None
-        notes.append(f"{ONNXRUNTIME}: not run; the yardstick is {workload.baseline}")
+        notes.append(f"{ONNXRUNTIME}: no kernel for this case; the ratio is to the fastest "
+                     "other peer" if workload.baseline == ONNXRUNTIME else
+                     f"{ONNXRUNTIME}: not run; the yardstick is {workload.baseline}")
     else:
         for name, spinning in ((ONNXRUNTIME, True), (ONNXRUNTIME_NO_SPIN, False)):
             add(name, lambda spinning=spinning: onnxruntime_runner(
                 workload, node_feeds, threads, spinning))
     if workload.torch is not None and importlib.util.find_spec("torch") is not None:
         add(TORCH, lambda: torch_runner(workload, node_feeds, threads))
+    if workload.scipy is not None and importlib.util.find_spec("scipy") is not None:
+        add(SCIPY, lambda: workload.scipy(node_feeds))  # single-threaded: it has no threads
     if workload.reference and workload.node is not None:
         def reference() -> Runner:
             run, n, seconds = reference_runner(workload, node_feeds)
@@ -154,9 +162,7 @@ def run_workload(workload: Workload, repeat: int, threads: int, tick=lambda s: N
     for name, build in workload.extras.items():
         add(name, lambda build=build: build(node_feeds))
 
-    source = np.ones(moved, np.uint8)
-    target = np.empty_like(source)
-    runners[MEMCOPY] = lambda: np.copyto(target, source)  # reads and writes `moved` bytes
+    runners[STREAM] = stream_runner(read, written)
 
     # Warm up (numba compiles or loads its cache on the first call); a runner that fails here
     # is shown as '-' like one that could not be built.
@@ -180,6 +186,8 @@ def run_workload(workload: Workload, repeat: int, threads: int, tick=lambda s: N
                      + (f", {rounds[REFERENCE]} rounds" if rounds[REFERENCE] < repeat else ""))
     settings = [s for s in BASELINE_SETTINGS.get(workload.baseline, (workload.baseline,))
                 if ms.get(s) is not None]
+    if not settings and workload.baseline == ONNXRUNTIME:  # onnxruntime has no such kernel
+        settings = [s for s in OTHER_PEERS if ms.get(s) is not None]
     baseline = min(settings, key=lambda s: ms[s]) if settings else workload.baseline
     base = ms.get(baseline)
     return Result(
@@ -190,7 +198,7 @@ def run_workload(workload: Workload, repeat: int, threads: int, tick=lambda s: N
         samples_ms={k: [round(t * 1e3 * scale.get(k, 1), 4) for t in v] for k, v in times.items()},
         baseline=baseline,
         ratio=ms[POOLFOLD] / base if base else None,
-        copy_multiple=ms[POOLFOLD] / ms[MEMCOPY],
+        stream_multiple=ms[POOLFOLD] / ms[STREAM],
         bytes_moved=moved,
         notes=notes,
     )

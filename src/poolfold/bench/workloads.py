@@ -17,8 +17,9 @@ POOLFOLD = "poolfold"
 ONNXRUNTIME = "onnxruntime"  # at its default session options: idle threads spin after a run
 ONNXRUNTIME_NO_SPIN = "onnxruntime no-spin"  # the same with session.intra_op.allow_spinning=0
 TORCH = "torch"
+SCIPY = "scipy"  # ndimage.maximum_filter, for the stride-1 centred windows it computes
 REFERENCE = "onnx-ref"
-MEMCOPY = "memcopy"
+STREAM = "stream"  # read X once, write Y once: the memory-speed limit of a pool (yardstick.py)
 NCHW = "poolfold NCHW"  # extra column of the channels-last workload
 FLOAT32 = "poolfold float32"  # baseline of the bfloat16 workload (onnxruntime is not run there)
 
@@ -28,14 +29,17 @@ COLUMNS = {
     ONNXRUNTIME: "ort",
     ONNXRUNTIME_NO_SPIN: "ort nospin",
     TORCH: "torch",
+    SCIPY: "scipy",
     REFERENCE: "onnx-ref xN",
     NCHW: "pf NCHW",
     FLOAT32: "pf f32",
-    MEMCOPY: "memcopy",
+    STREAM: "stream",
 }
 # A baseline measured under several settings: poolfold's ratio is taken against the fastest,
 # so that no setting of the peer flatters poolfold.
 BASELINE_SETTINGS = {ONNXRUNTIME: (ONNXRUNTIME, ONNXRUNTIME_NO_SPIN)}
+# Where onnxruntime cannot run a workload, poolfold's ratio is to the fastest of these.
+OTHER_PEERS = (TORCH, SCIPY)
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class Workload:
     node: OnnxNode | None = None  # None: onnxruntime is not run (shown as '-')
     node_feeds: Callable[[dict], dict] = lambda feeds: feeds
     torch: Callable[[dict], Runner] | None = None
+    scipy: Callable[[dict], Runner] | None = None
     reference: bool = True  # run onnx's ReferenceEvaluator (on the N=1 slice)
     batched: tuple[str, ...] = ("X",)  # node inputs with the batch axis first, for that slice
     extras: dict = field(default_factory=dict)  # column name -> (node feeds -> Runner)
