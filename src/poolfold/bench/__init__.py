@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import sys
+import time
 from dataclasses import asdict, dataclass
 
 DESCRIPTION = """\
@@ -106,6 +107,11 @@ def add_arguments(parser) -> None:
                         help="threads for every implementation (default 2)")
     parser.add_argument("--json", action="store_true",
                         help="print the results as JSON instead of tables")
+    parser.add_argument("--markdown", metavar="FILE.md",
+                        help="also write the timing table as markdown into FILE.md, between "
+                             "the markers <!-- bench:matrix --> and <!-- /bench:matrix --> "
+                             "(bench:workloads without --matrix), with the date, machine, "
+                             "versions and load average")
     parser.add_argument("--plot", metavar="FILE.png",
                         help="also draw the ratios to onnxruntime as a bar chart (needs matplotlib)")
     parser.add_argument("--no-timing", dest="timing", action="store_false",
@@ -179,8 +185,8 @@ def command(args) -> int:
     if unknown:
         return _error(f"unknown workload {', '.join(unknown)} (known: {', '.join(BY_KEY)})")
     # Checked before the run, not after minutes of it.
-    if args.plot and not args.timing:
-        return _error("--plot draws the timing table: drop --no-timing")
+    if (args.plot or args.markdown) and not args.timing:
+        return _error("--plot and --markdown show the timing table: drop --no-timing")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         return _error('--plot needs matplotlib: pip install "poolfold[plot]"')
     if args.matrix and any(getattr(args, s.name) for s in SECTIONS):
@@ -213,6 +219,13 @@ def command(args) -> int:
         texts += [modules[name].summary(result) for name, result in measured.items()]
         texts.append(_load_note(meta))
         print("\n\n".join(texts))
+    if args.markdown:
+        meta["date"] = time.strftime("%Y-%m-%d")
+        command_line = "poolfold bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"]
+                                                     else sys.argv[1:])
+        report.fill_marked_section(args.markdown, "matrix" if args.matrix else "workloads",
+                                   report.markdown_table(results, meta, command_line.strip()))
+        print(f"poolfold bench: wrote the table into {args.markdown}", file=sys.stderr)
     if args.plot:
         report.plot(results, args.plot)
         print(f"poolfold bench: wrote {args.plot}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 
 from .runner import PAUSE_S, SETTLE_CALLS, passes
 from .workloads import COLUMNS, ONNXRUNTIME, ONNXRUNTIME_NO_SPIN, REFERENCE, STREAM
@@ -100,3 +101,58 @@ def plot(results: list[dict], path: str) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def markdown_table(results: list[dict], meta: dict, command: str) -> str:
+    """The timing table as markdown, with what a reader needs to rerun it and judge it: the
+    command, the date, the machine, the versions and the load average at both ends."""
+    columns = [c for c in COLUMNS if any(r["ms"].get(c) is not None for r in results)]
+    header = ["case"] + [COLUMNS[c] + " ms" for c in columns] + ["poolfold / peer", "/ stream"]
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    for r in results:
+        cells = [f"{r['ms'][c]:.3g}" if r["ms"].get(c) is not None else "-" for c in columns]
+        ratio = "-" if r["ratio"] is None else f"**{r['ratio']:.2f}**"
+        if r["ratio"] is not None and r["baseline"] not in (ONNXRUNTIME, ONNXRUNTIME_NO_SPIN):
+            ratio += f" ({COLUMNS[r['baseline']]})"
+        lines.append("| " + " | ".join([r["key"]] + cells + [ratio, f"{r['stream_multiple']:.2f}"])
+                     + " |")
+    ratios = [r["ratio"] for r in results if r["ratio"]]
+    if ratios:
+        geometric = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        lines += ["", f"Geometric mean of poolfold / peer over {len(ratios)} cases: "
+                      f"**{geometric:.2f}**; worst {max(ratios):.2f}, best {min(ratios):.2f}."]
+    versions = ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
+    lines += [
+        "",
+        f"`{command}` on {meta['date']}: {meta['processor']}, {meta['cpu_count']} CPUs, "
+        f"{meta['threads']} threads for every implementation; {versions}. Median of "
+        f"{meta['repeat']} rounds per implementation, each timed in its own blocks after a "
+        f"pause. Load average (1, 5, 15 min) {meta['load_average_start']} at the start, "
+        f"{meta['load_average_end']} at the end.",
+        "",
+        "Peers: onnxruntime at its default session options and with "
+        "`session.intra_op.allow_spinning=0`, the faster of the two; where onnxruntime has no "
+        "kernel, the fastest other peer (in brackets). `/ stream`: poolfold's time over a "
+        "kernel that reads X once and writes Y once.",
+    ]
+    return "\n".join(lines)
+
+
+def fill_marked_section(path: str, name: str, text: str) -> None:
+    """Replace what lies between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in the
+    file at ``path`` with ``text`` (both markers kept); append the section if it is absent."""
+    begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    try:
+        with open(path, encoding="utf-8") as file:
+            content = file.read()
+    except FileNotFoundError:
+        content = ""
+    block = f"{begin}\n{text}\n{end}"
+    if begin in content and end in content:
+        head, rest = content.split(begin, 1)
+        content = head + block + rest.split(end, 1)[1]
+    else:
+        content = content + ("\n" if content and not content.endswith("\n") else "") + block + "\n"
+    with open(path, "w", encoding="utf-8") as file:
+        file.write(content)
