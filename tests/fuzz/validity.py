@@ -147,6 +147,14 @@ def _ints(name, value, length, low, required=False):
     return value
 
 
+def _lacking(name, value, default, version):
+    """An attribute the version lacks, given: an error (SEMANTICS.md), but given at its
+    default value a Python API may read as not given (a node cannot: it names it)."""
+    if list(np.atleast_1d(value)) == list(np.atleast_1d(default)):
+        raise _Refuse(EITHER, f"'{name}' at its default on version {version}, which lacks it")
+    _invalid(f"'{name}' on version {version}, which lacks it")
+
+
 def _flag(name, value):
     if isinstance(value, (bool, np.bool_)):
         return int(value)
@@ -237,20 +245,20 @@ def _max_pool(op, args, kwargs, shape_only=False):
     pads = _ints("pads", kwargs.get("pads"), 2 * r, 0) or [0] * (2 * r)
     dilations = kwargs.get("dilations")
     if dilations is not None and version < 10:
-        _invalid(f"dilations on MaxPool-{version}")
+        _lacking("dilations", dilations, [1] * r, version)
     dilations = _ints("dilations", dilations, r, 1) or [1] * r
     auto_pad = kwargs.get("auto_pad", "NOTSET")
     if not isinstance(auto_pad, str) or auto_pad not in AUTO_PADS:
         _invalid(f"auto_pad {auto_pad!r}")
     ceil_mode = _flag("ceil_mode", kwargs.get("ceil_mode", 0))
-    if ceil_mode and version < 10:
-        _invalid(f"ceil_mode on MaxPool-{version}")
+    if "ceil_mode" in kwargs and version < 10:
+        _lacking("ceil_mode", ceil_mode, 0, version)
     if auto_pad != "NOTSET" and any(pads):
         _invalid(f"pads {pads} with auto_pad {auto_pad}")
     if not shape_only:
         storage_order = _flag("storage_order", kwargs.get("storage_order", 0))
-        if storage_order and version < 8:
-            _invalid("storage_order on MaxPool-1")
+        if "storage_order" in kwargs and version < 8:
+            _lacking("storage_order", storage_order, 0, version)
         return_indices = kwargs.get("return_indices", False)
         if not isinstance(return_indices, (bool, np.bool_)):
             _invalid(f"return_indices {return_indices!r} is not a bool")
