@@ -107,11 +107,13 @@ def add_arguments(parser) -> None:
                         help="threads for every implementation (default 2)")
     parser.add_argument("--json", action="store_true",
                         help="print the results as JSON instead of tables")
-    parser.add_argument("--markdown", metavar="FILE.md",
+    parser.add_argument("--markdown", metavar="FILE.md", action="append", default=[],
                         help="also write the timing table as markdown into FILE.md, between "
                              "the markers <!-- bench:matrix --> and <!-- /bench:matrix --> "
                              "(bench:workloads without --matrix), with the date, machine, "
-                             "versions and load average")
+                             "versions and load average, and a summary between "
+                             "<!-- bench:matrix-summary --> markers where the file has them "
+                             "(repeatable: docs/benchmarks.md and README.md)")
     parser.add_argument("--plot", metavar="FILE.png",
                         help="also draw the ratios to onnxruntime as a bar chart (needs matplotlib)")
     parser.add_argument("--no-timing", dest="timing", action="store_false",
@@ -223,9 +225,12 @@ def command(args) -> int:
         meta["date"] = time.strftime("%Y-%m-%d")
         command_line = "poolfold bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"]
                                                      else sys.argv[1:])
-        report.fill_marked_section(args.markdown, "matrix" if args.matrix else "workloads",
-                                   report.markdown_table(results, meta, command_line.strip()))
-        print(f"poolfold bench: wrote the table into {args.markdown}", file=sys.stderr)
+        name = "matrix" if args.matrix else "workloads"
+        table = report.markdown_table(results, meta, command_line.strip())
+        summary = report.markdown_summary(results, meta, command_line.strip())
+        for path in args.markdown:
+            report.fill_marked_sections(path, {name: table, f"{name}-summary": summary})
+            print(f"poolfold bench: wrote the figures into {path}", file=sys.stderr)
     if args.plot:
         report.plot(results, args.plot)
         print(f"poolfold bench: wrote {args.plot}", file=sys.stderr)

@@ -139,20 +139,42 @@ def markdown_table(results: list[dict], meta: dict, command: str) -> str:
     return "\n".join(lines)
 
 
-def fill_marked_section(path: str, name: str, text: str) -> None:
-    """Replace what lies between ``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->`` in the
-    file at ``path`` with ``text`` (both markers kept); append the section if it is absent."""
-    begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+def markdown_summary(results: list[dict], meta: dict, command: str) -> str:
+    """A few lines for a README: the ratios' spread over the cases, where and when measured."""
+    ratios = sorted((r["ratio"], r["key"]) for r in results if r["ratio"])
+    if not ratios:
+        return "(no ratio measured)"
+    geometric = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
+    at_most_one = sum(x <= 1.0 for x, _ in ratios)
+    return (f"poolfold's time over the fastest peer's (onnxruntime at its best, else PyTorch or "
+            f"scipy), over {len(ratios)} cases: geometric mean **{geometric:.2f}**, "
+            f"{at_most_one} of {len(ratios)} at or below 1.0, best {ratios[0][0]:.2f} "
+            f"({ratios[0][1]}), worst {ratios[-1][0]:.2f} ({ratios[-1][1]}). Measured by "
+            f"`{command}` on {meta['date']} ({meta['processor']}, {meta['cpu_count']} CPUs, load "
+            f"average {meta['load_average_start'][0] if meta['load_average_start'] else '?'} "
+            f"at the start, {meta['load_average_end'][0] if meta['load_average_end'] else '?'} "
+            "at the end); every case in [docs/benchmarks.md](docs/benchmarks.md).")
+
+
+def fill_marked_sections(path: str, sections: dict) -> None:
+    """For each ``name: text``, replace what lies between ``<!-- bench:NAME -->`` and
+    ``<!-- /bench:NAME -->`` in the file at ``path`` (markers kept).  A file with none of the
+    markers gets the first section appended."""
     try:
         with open(path, encoding="utf-8") as file:
             content = file.read()
     except FileNotFoundError:
         content = ""
-    block = f"{begin}\n{text}\n{end}"
-    if begin in content and end in content:
-        head, rest = content.split(begin, 1)
-        content = head + block + rest.split(end, 1)[1]
-    else:
-        content = content + ("\n" if content and not content.endswith("\n") else "") + block + "\n"
+    filled = False
+    for name, text in sections.items():
+        begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+        if begin in content and end in content:
+            head, rest = content.split(begin, 1)
+            content = head + f"{begin}\n{text}\n{end}" + rest.split(end, 1)[1]
+            filled = True
+    if not filled:
+        name, text = next(iter(sections.items()))
+        content += ("\n" if content and not content.endswith("\n") else "") + \
+            f"<!-- bench:{name} -->\n{text}\n<!-- /bench:{name} -->\n"
     with open(path, "w", encoding="utf-8") as file:
         file.write(content)
