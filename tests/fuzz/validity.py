@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 from typing import NamedTuple
 
 import numpy as np
@@ -54,7 +55,11 @@ def _invalid(reason):
 
 
 def _memory() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    """What this process may allocate: the machine's memory, or less under an address-space
+    limit (the campaign's workers have one), where numpy's allocation fails first."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return physical if limit == resource.RLIM_INFINITY else min(physical, limit)
 
 
 # ------------------------------------------------------------------------- versions, types
