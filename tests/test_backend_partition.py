@@ -425,8 +425,11 @@ def test_value_nobody_gives_is_an_error_at_prepare():
 def test_bench_models_rows_and_table():
     from poolfold.bench import models as backend_bench
 
-    rows = backend_bench.run(repeat=2, warmup=1, reference=False)
+    rows = backend_bench.run(repeat=2, warmup=1, reference=False, zoo=False)
     by = {(r.model, r.implementation.split(" ")[0]): r for r in rows}
+    needed = [r for r in rows if "needed" in r.implementation]
+    assert {r.model for r in needed} == set(backend_bench.MODELS)
+    assert all(r.prepare_s is not None for r in rows if r.median_ms is not None)
     assert set(by) == {(m, i) for m in backend_bench.MODELS
                        for i in ("onnxruntime", "poolfold.backend")}
     assert by["segnet (bundled)", "onnxruntime"].median_ms > 0
@@ -602,3 +605,98 @@ def test_intermediates_are_freed_after_their_last_reader():
     want = poolfold.backend.prepare(model, other_ops="reference").run([x])
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------- stretches as fast as a hand split
+
+def _conv_pool_conv(bias_through_identity=False, big=False):
+    """Conv -> MaxPool -> Conv; the second Conv's bias reached through an Identity of an
+    initializer (as torch.onnx.export shares equal tensors), its weights big enough
+    (``big``) to be shared with the session rather than copied into its model."""
+    rng = np.random.default_rng(7)
+    channels = 64 if big else 8
+    initializers = [_weight(rng, (channels, 3, 3, 3), "w1"),
+                    _weight(rng, (8, channels, 3, 3), "w2"),
+                    numpy_helper.from_array(np.zeros(8, np.float32), "b")]
+    graph_nodes = [
+        helper.make_node("Identity", ["b"], ["b2"]),
+        helper.make_node("Conv", ["x", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["c1"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p", "w2", "b2" if bias_through_identity else "b"], ["y"],
+                         kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+    ]
+    model = _model(graph_nodes, [helper.make_tensor_value_info("x", F, (1, 3, 16, 16))],
+                   [helper.make_tensor_value_info("y", F, None)], initializers)
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    return model, {"x": x}
+
+
+def test_constant_nodes_fold_into_the_stretch_that_reads_them():
+    """An Identity of an initializer runs in the stretch that reads it, where onnxruntime
+    folds it into a constant (a Conv's bias it can prepack), not as an input from the
+    stretch before the MaxPool."""
+    model, feeds = _conv_pool_conv(bias_through_identity=True)
+    rep = poolfold.backend.prepare(model)
+    assert _runners(rep) == [("onnxruntime", ["Conv"]), ("poolfold", ["MaxPool"]),
+                             ("onnxruntime", ["Identity", "Conv"])]
+    after = rep.steps[-1]
+    assert [i.name for i in after.session.get_inputs()] == ["p"]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(rep.run(feeds)[0], session.run(None, feeds)[0], rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_stretches_are_told_the_shapes_they_are_fed():
+    """The stretch after a MaxPool sees its input's exact shape, from poolfold's geometry."""
+    model, feeds = _conv_pool_conv()
+    rep = poolfold.backend.prepare(model)
+    (given,) = rep.steps[-1].session.get_inputs()
+    assert given.shape == [1, 8, 8, 8]
+
+
+def test_a_feed_of_another_shape_than_declared_still_runs():
+    """Declared shapes are a hint: a model fed other shapes runs as before (its session built
+    again without them)."""
+    model, _ = _conv_pool_conv()
+    rep = poolfold.backend.prepare(model)
+    x = np.random.default_rng(8).standard_normal((2, 3, 12, 12)).astype(np.float32)
+    (y,) = rep.run({"x": x})
+    want = poolfold.backend.prepare(model, other_ops="reference").run({"x": x})[0]
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+    assert y.shape == (2, 8, 6, 6)
+
+
+def test_external_data_weights_are_mapped_not_copied(tmp_path):
+    """A model whose weights sit in an external-data file: prepare reads none of them into
+    memory (the model it keeps holds references only, the sessions read theirs from the
+    file), and where poolfold needs one it maps it from the file."""
+    model, feeds = _conv_pool_conv(big=True)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="model.onnx.data",
+              size_threshold=1024)
+    rep = poolfold.backend.prepare(str(path))
+    stored = {t.name: t for t in rep.model.graph.initializer}
+    assert stored["w2"].data_location == TensorProto.EXTERNAL
+    assert not stored["w2"].raw_data  # never read into the model
+    assert not rep._weights._arrays  # nor into an array
+    assert isinstance(rep._weights.array("w2"), np.memmap)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(rep.run(feeds)[0], session.run(None, feeds)[0], rtol=1e-5,
+                               atol=1e-5)
+    (reference,) = poolfold.backend.prepare(str(path), other_ops="reference").run(feeds)
+    np.testing.assert_allclose(reference, session.run(None, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_one_session_alone_keeps_onnxruntime_spinning():
+    """Where no poolfold node runs between sessions, the one session keeps onnxruntime's
+    default (its threads spin between runs); with poolfold's kernels between, they do not."""
+    model, _ = _conv_pool_conv()
+    spinning = "session.intra_op.allow_spinning"
+    alone = poolfold.backend.prepare(model, poolfold_nodes="needed")
+    assert [s.runner for s in alone.steps] == ["onnxruntime"]
+    with pytest.raises(RuntimeError):  # not set: onnxruntime's default
+        alone.steps[0].session.get_session_options().get_session_config_entry(spinning)
+    split = poolfold.backend.prepare(model)
+    for step in split.steps:
+        if step.runner == "onnxruntime":
+            assert step.session.get_session_options().get_session_config_entry(spinning) == "0"

@@ -47,6 +47,29 @@ def test_run_bundled_model(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_run_poolfold_nodes_needed_says_what_runs_where(tmp_path):
+    """--poolfold-nodes needed leaves onnxruntime the bundled model's MaxUnpools and Col2Im
+    (it runs them right) and keeps its MaxPools with Indices on poolfold; both routes give
+    the same outputs."""
+    outputs = {}
+    for choice in ("all", "needed"):
+        path = tmp_path / f"{choice}.npz"
+        result = cli("run", "--poolfold-nodes", choice, "--output", path, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert f"where it runs (--poolfold-nodes {choice}):" in result.stdout
+        outputs[choice] = dict(np.load(path))
+        if choice == "needed":
+            assert "left to onnxruntime: a MaxUnpool node" in result.stdout
+            assert "MaxPool with Indices" in result.stdout
+        else:
+            assert "left to onnxruntime" not in result.stdout
+    for name in BUNDLED_OUTPUTS:
+        np.testing.assert_allclose(outputs["needed"][name], outputs["all"][name], rtol=1e-5,
+                                   atol=1e-5)
+    refused = cli("run", "--poolfold-nodes", "some", cwd=tmp_path)
+    assert refused.returncode == 2 and "--poolfold-nodes" in refused.stderr
+
+
 # What `pip install .` leaves out: the test extra and the dask extra.
 NOT_INSTALLED_BY_DEFAULT = ("dask", "distributed", "zarr", "onnxruntime", "hypothesis",
                             "pytest")

@@ -1,9 +1,10 @@
 """An ONNX backend (in the shape of ``onnxruntime.backend``) that runs any model.
 
-MaxPool, MaxUnpool, Col2Im and the com.ms.internal.nhwc ops run on poolfold's kernels.  Every
-other node runs on onnxruntime when it is installed: :mod:`poolfold.partition` splits the graph
-into poolfold's nodes and maximal stretches of other nodes, and each stretch becomes one
-onnxruntime ``InferenceSession``, built once by ``prepare``.  Without onnxruntime (or with
+MaxPool, MaxUnpool, Col2Im and the com.ms.internal.nhwc ops run on poolfold's kernels (with
+``poolfold_nodes="needed"``, only those :mod:`poolfold.placement` says onnxruntime cannot run
+right).  Every other node runs on onnxruntime when it is installed: :mod:`poolfold.partition`
+splits the graph into poolfold's nodes and maximal stretches of other nodes, and each stretch
+becomes one onnxruntime ``InferenceSession``, built once by ``prepare``.  Without onnxruntime (or with
 ``other_ops="reference"``) the other nodes run on onnx's ReferenceEvaluator, into which
 poolfold's ops are plugged.  Each node runs at the version the model's opset imports give its
 domain.
@@ -16,6 +17,7 @@ domain.
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any, Mapping, Sequence
 
@@ -25,7 +27,7 @@ from onnx import TensorProto, helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 from onnx.reference import ReferenceEvaluator
 
-from . import nodes, partition, reference, schema
+from . import nodes, partition, placement, reference, schema
 from .errors import PoolfoldError, PoolfoldTypeError
 
 ONNXRUNTIME = "onnxruntime"
@@ -54,17 +56,22 @@ class PoolfoldRep(BackendRep):
     excluded) or a dict, and returns the outputs in graph output order.
 
     ``other_ops`` says what runs the nodes poolfold does not implement: ``"onnxruntime"`` or
-    ``"reference"``.  ``steps`` lists, in running order, each of poolfold's nodes and each
-    stretch of other nodes: its ``nodes``, its ``runner`` (``"poolfold"``, ``"onnxruntime"``
-    or ``"reference"``) and its ``session`` (None for poolfold's nodes).  With
+    ``"reference"``; ``poolfold_nodes`` which of poolfold's nodes run on poolfold (see
+    :mod:`poolfold.placement`).  ``steps`` lists, in running order, each node that runs on
+    poolfold and each stretch of other nodes: its ``nodes``, its ``runner`` (``"poolfold"``,
+    ``"onnxruntime"`` or ``"reference"``), its ``session`` (None for poolfold's nodes) and
+    its ``reason`` (why a node runs on poolfold; None for a stretch); :meth:`describe` says
+    it in words.  With
     ``other_ops="reference"`` it is one step, the whole model on the reference evaluator.
     ``constants`` holds the initializers poolfold's nodes or the graph's outputs read (the
     sessions carry their own)."""
 
     def __init__(self, model: onnx.ModelProto, inferred_shape_indices: bool = False,
-                 other_ops: str = REFERENCE, session: dict | None = None):
+                 other_ops: str = REFERENCE, session: dict | None = None,
+                 poolfold_nodes: str = placement.ALL, folder: str | None = None):
         self.model = model
         self.other_ops = other_ops
+        self.poolfold_nodes = poolfold_nodes
         initializers = {i.name for i in model.graph.initializer}
         self.input_names = [i.name for i in model.graph.input if i.name not in initializers]
         self.output_names = [o.name for o in model.graph.output]
@@ -72,13 +79,34 @@ class PoolfoldRep(BackendRep):
         self._ops = reference.make_ops(inferred_shape_indices=inferred_shape_indices)
         self.constants: dict[str, np.ndarray] = {}
         if other_ops == REFERENCE:
+            if any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer):
+                onnx.external_data_helper.load_external_data_for_model(model, folder or "")
             self._session = _reference_evaluator(model, model.graph.node, self._ops)
             self.steps = [_WholeModel(list(model.graph.node), self._session)]
             return
         self._session = None
+        self._weights = _Weights(model, folder)  # the sessions read them: kept as long
         self.steps = _build_steps(model, inferred_shape_indices, self._ops, session or {},
-                                  self.constants)
+                                  self.constants, self._weights, poolfold_nodes)
         self._released = _last_reads(self.steps, set(self.output_names))
+
+    def describe(self) -> str:
+        """What runs where, one line per step: the runner, its nodes, and for each node of
+        poolfold's ops the reason it runs on poolfold or that it is left to onnxruntime."""
+        lines = []
+        for number, step in enumerate(self.steps, 1):
+            if step.runner == "poolfold":
+                lines.append(f"{number}. poolfold: {partition.describe(step.nodes[0])}: "
+                             f"{step.reason}")
+                continue
+            ops = sorted({n.op_type for n in step.nodes})
+            kept = [partition.describe(n) for n in step.nodes if partition.every_poolfold_op(n)]
+            line = (f"{number}. {step.runner}: {len(step.nodes)} node(s) "
+                    f"({', '.join(ops[:6])}{', ...' if len(ops) > 6 else ''})")
+            if kept:
+                line += f"; left to {step.runner}: {', '.join(kept)}"
+            lines.append(line)
+        return "\n".join(lines)
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         if isinstance(inputs, Mapping):
@@ -152,8 +180,9 @@ class _PoolfoldStep:
     session = None
 
     def __init__(self, node: onnx.NodeProto, opsets: Mapping[str, int],
-                 inferred_shape_indices: bool):
+                 inferred_shape_indices: bool, reason: str | None = None):
         self.nodes = [node]
+        self.reason = reason  # why this node runs on poolfold (see poolfold.placement)
         domain = partition.default_domain(node.domain)
         opset = opsets.get(domain)
         if opset is None:
@@ -178,26 +207,38 @@ class _StretchStep:
     """A stretch of other nodes: one onnxruntime session, or one ReferenceEvaluator.
 
     A stretch whose input types nothing tells before the run (onnx's inference stops at an op
-    it does not know) gets its session on the first run, typed from the arrays it is fed."""
+    it does not know) gets its session on the first run, typed from the arrays it is fed.
+
+    The session is told its inputs' shapes where prepare knows them (the graph's declared
+    inputs, what earlier sessions infer, what poolfold's geometry gives its nodes): without
+    them onnxruntime does not fuse a Conv with the Add and Relu after it (it must know the
+    Add's inputs are of one shape): resnet18's stretch after its MaxPool kept 8 Adds and 8
+    Relus of its own and ran about 5% slower single-threaded.  A session that then refuses
+    the arrays it is fed (a model fed other shapes than it declares) is built again without
+    them."""
+
+    runner = ONNXRUNTIME
+    reason = None
 
     def __init__(self, step: partition.Step, sessions: "_Sessions", types: dict,
-                 refused: list[str]):
+                 refused: list[str], shapes: dict):
         self.nodes = step.nodes
         self._step = step
         self._inputs = self.reads = step.inputs
         self._outputs = self.writes = step.outputs
         self._sessions = sessions
+        self._types = types
+        self._shaped = any(name in shapes for name in step.inputs)
         self.session = None
-        self.runner = ONNXRUNTIME
         if step.kind == partition.NESTED:
             self.session, self.runner = sessions.reference(step, types), REFERENCE
         elif all(name in types for name in step.inputs):
-            self._build(types, refused)
+            self._build(types, refused, shapes)
         else:
             sessions.check_known(step)
 
-    def _build(self, types: dict, refused: list[str]) -> None:
-        self.session, reason = self._sessions.onnxruntime(self._step, types)
+    def _build(self, types: dict, refused: list[str], shapes: Mapping = {}) -> None:
+        self.session, reason = self._sessions.onnxruntime(self._step, types, shapes)
         if self.session is None:
             refused.append(f"{', '.join(partition.describe(n) for n in self.nodes[:3])}"
                            f"{' ...' if len(self.nodes) > 3 else ''}: {reason}")
@@ -209,8 +250,22 @@ class _StretchStep:
             refused: list[str] = []
             self._build(_runtime_types(feeds), refused)
             _warn_refused(refused, stacklevel=4)
-        results = self.session.run(self._outputs, feeds)
+        try:
+            results = self.session.run(self._outputs, feeds)
+        except Exception as error:
+            if not (self._shaped and self.runner == ONNXRUNTIME and _shape_refusal(error)):
+                raise
+            self._shaped = False
+            refused = []
+            self._build(self._types, refused)
+            _warn_refused(refused, stacklevel=4)
+            results = self.session.run(self._outputs, feeds)
         values.update(zip(self._outputs, results))
+
+
+def _shape_refusal(error: Exception) -> bool:
+    """Whether onnxruntime refused a feed for its shape ("Got invalid dimensions")."""
+    return "dimensions" in str(error) and "INVALID_ARGUMENT" in str(error)
 
 
 def _runtime_types(feeds: Mapping[str, Any]) -> dict[str, onnx.TypeProto]:
@@ -231,6 +286,7 @@ class _WholeModel:
     """``other_ops="reference"``: the whole model on one ReferenceEvaluator."""
 
     runner = REFERENCE
+    reason = None
 
     def __init__(self, graph_nodes, session):
         self.nodes = graph_nodes
@@ -246,21 +302,26 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _stretch_model(model: onnx.ModelProto, step: partition.Step,
-                   types: Mapping[str, onnx.TypeProto]) -> onnx.ModelProto:
+                   types: Mapping[str, onnx.TypeProto], initializers: list[onnx.TensorProto],
+                   shapes: Mapping[str, partition.Shape] = {}) -> onnx.ModelProto:
     """A model of the stretch's nodes alone: its inputs typed from ``types`` (untyped where
-    unknown), the initializers it reads inside it, the model's opsets, IR version and
-    functions."""
-    def value(name):
+    unknown) and shaped from ``shapes`` where known, ``initializers`` for the ones it reads,
+    the model's opsets, IR version and functions."""
+    def value(name, shape=None):
         if name in types:
-            return helper.make_value_info(name, types[name])
+            type_proto = types[name]
+            if shape is not None and type_proto.WhichOneof("value") == "tensor_type":
+                return helper.make_tensor_value_info(name, type_proto.tensor_type.elem_type,
+                                                     list(shape))
+            return helper.make_value_info(name, type_proto)
         return helper.make_empty_tensor_value_info(name)
 
     used = set(step.constants)
     graph = helper.make_graph(
         step.nodes, f"{model.graph.name}_stretch",
-        [value(name) for name in step.inputs],
+        [value(name, shapes.get(name)) for name in step.inputs],
         [value(name) for name in step.outputs],
-        [t for t in model.graph.initializer if t.name in used],
+        initializers,
         sparse_initializer=[t for t in model.graph.sparse_initializer if t.values.name in used],
     )
     stretch = helper.make_model(graph, opset_imports=model.opset_import,
@@ -318,8 +379,9 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _session_options(options: Mapping[str, Any]):
-    """onnxruntime's SessionOptions and providers from prepare()'s keywords."""
+def _session_options(options: Mapping[str, Any], between_kernels: bool = True):
+    """onnxruntime's SessionOptions and providers from prepare()'s keywords;
+    ``between_kernels``: poolfold's kernels run between the sessions."""
     import onnxruntime
 
     threads = {k: options[k] for k in ("intra_op_num_threads", "inter_op_num_threads")
@@ -330,10 +392,12 @@ def _session_options(options: Mapping[str, Any]):
     if given is None:
         given = onnxruntime.SessionOptions()
         given.log_severity_level = 3  # a refused stretch is reported once, by poolfold
-        # onnxruntime's idle threads spin after each run, waiting for more work; between
-        # stretches that work is poolfold's kernels, whose threads they then slow down (on
-        # 2 busy cores, the bundled model took 0.4 s a run with spinning, 34 ms without).
-        given.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if between_kernels:
+            # onnxruntime's idle threads spin after each run, waiting for more work; between
+            # stretches that work is poolfold's kernels, whose threads they then slow down
+            # (on 2 busy cores, the bundled model took 0.4 s a run with spinning, 34 ms
+            # without).  A model that is one session alone keeps onnxruntime's default.
+            given.add_session_config_entry("session.intra_op.allow_spinning", "0")
         for name, count in threads.items():
             setattr(given, name, int(count))
     providers = options.get("providers") or ["CPUExecutionProvider"]
@@ -355,30 +419,156 @@ def _unexchangeable(type_proto: onnx.TypeProto | None) -> str | None:
     return None if elem in _EXCHANGEABLE else TensorProto.DataType.Name(elem).lower()
 
 
+class _Weights:
+    """The model's initializers, each read once and shared from there.  Weights in an
+    external-data file of a model read from a path stay there: each session reads its own
+    from the file, as onnxruntime does for the whole model, and poolfold's nodes map them
+    (``np.memmap``).  Weights in the model are read into one array each, which poolfold's
+    nodes use and every session takes by reference (``add_external_initializers``) instead
+    of a copy serialised into its model.  On vgg11 (500 MB of weights, 11 stretches) prepare
+    went from 16-24 s (each stretch's model serialised with its weights, onnx's shape
+    inference over all of them) to 1.8-2.1 s, where onnxruntime's own session takes
+    1.0-1.5 s."""
+
+    def __init__(self, model: onnx.ModelProto, folder: str | None):
+        self._tensors = {t.name: t for t in model.graph.initializer}
+        self.folder = folder  # where a model read from a path keeps its external data
+        self._arrays: dict[str, np.ndarray] = {}
+        self._ort_values: dict[str, Any] = {}
+
+    def array(self, name: str) -> np.ndarray:
+        if name not in self._arrays:
+            tensor = self._tensors[name]
+            if tensor.data_location == TensorProto.EXTERNAL:
+                self._arrays[name] = self._mapped(tensor)
+            else:
+                self._arrays[name] = onnx.numpy_helper.to_array(tensor)
+        return self._arrays[name]
+
+    def _mapped(self, tensor: onnx.TensorProto) -> np.ndarray:
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        path = os.path.join(self.folder or "", info.get("location", ""))
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
+            if tensor.data_type in (TensorProto.STRING,) or dtype.itemsize == 0:
+                raise TypeError("not a fixed-size type")
+            count = int(np.prod(tensor.dims, dtype=np.int64))
+            if count == 0:
+                return np.zeros(tuple(tensor.dims), dtype)
+            return np.memmap(path, dtype=dtype, mode="r", offset=int(info.get("offset", 0)),
+                             shape=tuple(tensor.dims))
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            loaded = onnx.TensorProto()
+            loaded.CopyFrom(tensor)
+            try:
+                onnx.external_data_helper.load_external_data_for_tensor(loaded,
+                                                                        self.folder or "")
+            except Exception:
+                raise PoolfoldError(f"cannot read initializer '{tensor.name}' from its "
+                                    f"external data file {path!r}: {_first_line(error)}") \
+                    from None
+            return onnx.numpy_helper.to_array(loaded)
+
+    def tensor(self, name: str) -> onnx.TensorProto:
+        """The initializer with its data in it (read from the external file if it is there)."""
+        tensor = self._tensors[name]
+        if tensor.data_location != TensorProto.EXTERNAL:
+            return tensor
+        return onnx.numpy_helper.from_array(np.asarray(self.array(name)), name)
+
+    def in_file(self, name: str) -> bool:
+        """Whether the initializer sits in an external-data file of a model read from a path
+        (the sessions read it from there)."""
+        return self.folder is not None and \
+            self._tensors[name].data_location == TensorProto.EXTERNAL
+
+    def reference(self, name: str) -> onnx.TensorProto:
+        """The initializer as the model holds it: for one in a file, where it is there."""
+        return self._tensors[name]
+
+    def stub(self, name: str) -> onnx.TensorProto:
+        """The initializer's name, type and dims, its data left to ``ort_value``."""
+        tensor = self._tensors[name]
+        stub = onnx.TensorProto(name=name, data_type=tensor.data_type, dims=tensor.dims,
+                                data_location=TensorProto.EXTERNAL)
+        stub.external_data.add(key="location", value="poolfold-shared-weights")
+        return stub
+
+    def by_reference(self, name: str) -> bool:
+        """Whether a session takes the initializer by reference: a large one of a type numpy
+        holds (a small one is cheaper to embed, and shape inference reads it)."""
+        tensor = self._tensors.get(name)
+        return (tensor is not None and not partition.is_small(tensor)
+                and tensor.data_type in _EXCHANGEABLE and tensor.data_type != TensorProto.STRING)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tensors
+
+    def ort_value(self, name: str):
+        if name not in self._ort_values:
+            import onnxruntime
+
+            array = np.ascontiguousarray(self.array(name))
+            self._ort_values[name] = onnxruntime.OrtValue.ortvalue_from_numpy(array)
+        return self._ort_values[name]
+
+
 class _Sessions:
     """Builds the stretches' sessions: onnxruntime's with the caller's options, or onnx's
     evaluator with poolfold's ops."""
 
-    def __init__(self, model: onnx.ModelProto, options: Mapping[str, Any], ops):
+    def __init__(self, model: onnx.ModelProto, options: Mapping[str, Any], ops,
+                 weights: _Weights, between_kernels: bool = True):
         import onnxruntime
 
         self._onnxruntime = onnxruntime
         self._model = model
         self._ops = ops
-        self._options, self._providers, self._provider_options = _session_options(options)
+        self._weights = weights
+        self._given = options
+        # A SessionOptions of the caller's is used as it is, for every stretch; the shared
+        # weights need one SessionOptions per session (each carries its own list of them),
+        # so with the caller's, the stretches embed their weights instead.
+        self._share_weights = options.get("session_options") is None
+        self._between_kernels = between_kernels
+        _session_options(options)  # checks the keywords now, not at the first stretch
 
-    def onnxruntime(self, step: partition.Step, types: dict):
+    def onnxruntime(self, step: partition.Step, types: dict,
+                    shapes: Mapping[str, partition.Shape] = {}):
         """(session, None), or (None, why onnxruntime cannot run the stretch).  Records the
-        types of the session's outputs in ``types``."""
+        types and shapes of the session's outputs in ``types`` and ``shapes``."""
         for name in step.inputs:
             unusable = _unexchangeable(types.get(name))
             if unusable:
                 return None, f"its input '{name}' is {unusable}, which numpy cannot hand over"
-        stretch = _stretch_model(self._model, step, types)
+        options, providers, provider_options = _session_options(self._given,
+                                                                 self._between_kernels)
+        initializers, shared, in_file = [], [], False
+        for name in step.constants:
+            if name not in self._weights:
+                continue  # a sparse initializer, which the stretch's model carries
+            if self._share_weights and self._weights.in_file(name):
+                initializers.append(self._weights.reference(name))
+                in_file = True
+            elif self._share_weights and self._weights.by_reference(name):
+                initializers.append(self._weights.stub(name))
+                shared.append(name)
+            else:
+                initializers.append(self._weights.tensor(name))
+        if in_file:
+            # onnxruntime maps the external-data file itself, as for the model's own path
+            # (vgg11's one session: 1.3 s, as from the path; 1.85 s with the mapped arrays
+            # handed over by reference).
+            options.add_session_config_entry(
+                "session.model_external_initializers_file_folder_path", self._weights.folder)
+        stretch = _stretch_model(self._model, step, types, initializers, shapes)
         try:
+            if shared:
+                options.add_external_initializers(
+                    shared, [self._weights.ort_value(name) for name in shared])
             session = self._onnxruntime.InferenceSession(
-                stretch.SerializeToString(), sess_options=self._options,
-                providers=self._providers, provider_options=self._provider_options)
+                stretch.SerializeToString(), sess_options=options,
+                providers=providers, provider_options=provider_options)
         except Exception as error:  # onnxruntime's errors are not one family
             return None, _first_line(error)
         wanted = set(step.outputs)
@@ -390,11 +580,16 @@ class _Sessions:
                               f"hand over")
             if given is not None:
                 types.setdefault(output.name, given)
+            if isinstance(shapes, dict) and isinstance(output.shape, list):
+                shapes.setdefault(output.name, tuple(
+                    n if isinstance(n, (int, str)) else None for n in output.shape))
         return session, None
 
     def reference(self, step: partition.Step, types: dict) -> ReferenceEvaluator:
-        return _reference_evaluator(_stretch_model(self._model, step, types), step.nodes,
-                                    self._ops)
+        initializers = [self._weights.tensor(name) for name in step.constants
+                        if name in self._weights]
+        return _reference_evaluator(_stretch_model(self._model, step, types, initializers),
+                                    step.nodes, self._ops)
 
     def check_known(self, step: partition.Step) -> None:
         unknown = _unknown_node(self._model, step.nodes)
@@ -411,37 +606,78 @@ def _warn_refused(refused: list[str], stacklevel: int) -> None:
 
 
 def _build_steps(model: onnx.ModelProto, inferred_shape_indices: bool, ops,
-                 options: Mapping[str, Any], constants: dict) -> list:
-    sessions = _Sessions(model, options, ops)
+                 options: Mapping[str, Any], constants: dict, weights: _Weights,
+                 poolfold_nodes: str) -> list:
     opsets = _opsets(model)
-    types = partition.known_types(model)
+    types, inferred_shapes = partition.known_types(model)
+    where = placement.Placement(poolfold_nodes, opsets, types, inferred_shapes,
+                                _small_constants(model, weights), inferred_shape_indices)
+    plan = partition.plan(model.graph, model.functions, where.on_poolfold)
+    sessions = _Sessions(model, options, ops, weights,
+                         between_kernels=any(s.kind != partition.OTHER for s in plan))
+    # Shapes a session may be told: exact ones only (see _StretchStep), from the graph's
+    # declared inputs on.
+    shapes: dict[str, partition.Shape] = {}
+    for value in model.graph.input:
+        shape = partition.shape_of(value.type)
+        if shape is not None and value.name not in weights:
+            shapes[value.name] = shape
     steps: list = []
     refused: list[str] = []
     readers_of_constants: set[str] = {v.name for v in model.graph.output}
-    for step in partition.plan(model.graph, model.functions):
+    for step in plan:
         if step.kind == partition.POOLFOLD:
             node = step.nodes[0]
-            steps.append(_PoolfoldStep(node, opsets, inferred_shape_indices))
+            steps.append(_PoolfoldStep(node, opsets, inferred_shape_indices,
+                                       where.reason(node)))
             partition.poolfold_output_types(node, types)
+            _poolfold_output_shapes(node, opsets, shapes, weights)
             readers_of_constants.update(node.input)
         else:
-            steps.append(_StretchStep(step, sessions, types, refused))
-    for tensor in model.graph.initializer:
-        if tensor.name in readers_of_constants:
-            constants[tensor.name] = onnx.numpy_helper.to_array(tensor)
+            steps.append(_StretchStep(step, sessions, types, refused, shapes))
+    for name in readers_of_constants:
+        if name in weights:
+            constants[name] = weights.array(name)
     _warn_refused(refused, stacklevel=5)
     return steps
 
 
-def _load(model) -> onnx.ModelProto:
-    """``model`` (a ModelProto, its bytes or a path) as a ModelProto with a graph; bytes that
-    are not one are a PoolfoldError (a missing file stays an OSError)."""
+def _small_constants(model: onnx.ModelProto, weights: _Weights) -> dict[str, np.ndarray]:
+    """The values of the small initializers (a Col2Im's block_shape, a MaxUnpool's
+    output_shape), which tell prepare about the nodes that read them."""
+    return {t.name: weights.array(t.name) for t in model.graph.initializer
+            if partition.is_small(t) and t.data_type == TensorProto.INT64}
+
+
+def _poolfold_output_shapes(node: onnx.NodeProto, opsets: Mapping[str, int], shapes: dict,
+                            weights: _Weights) -> None:
+    domain = partition.default_domain(node.domain)
+    constant = [weights.array(name) if name in weights else None for name in node.input]
+    given = [shapes.get(name) for name in node.input]
+    try:
+        found = nodes.output_shapes(domain, node.op_type, opsets.get(domain, 0),
+                                    nodes.attributes_of(node), given, constant)
+    except Exception:  # a shape is a help: the run itself says what is wrong with the node
+        return
+    for name, shape in zip(node.output, found):
+        if name and shape is not None:
+            shapes[name] = shape
+
+
+def _load(model) -> tuple[onnx.ModelProto, str | None]:
+    """``model`` (a ModelProto, its bytes or a path) as a ModelProto with a graph, and the
+    folder its external data files are in (a path's; else the working directory).  A model
+    read from a path leaves its external data in its files: the weights are mapped from
+    there, once (see _Weights).  Bytes that are not a model are a PoolfoldError (a missing
+    file stays an OSError)."""
+    folder = None
     if not isinstance(model, onnx.ModelProto):
         try:
             if isinstance(model, (bytes, bytearray)):
                 model = onnx.load_from_string(bytes(model))
             else:
-                model = onnx.load(model)
+                folder = os.path.dirname(os.path.abspath(os.fspath(model)))
+                model = onnx.load(model, load_external_data=False)
         except OSError:
             raise
         except Exception as error:  # protobuf's decode errors are not one family
@@ -452,7 +688,7 @@ def _load(model) -> onnx.ModelProto:
     if not model.graph.node or not model.graph.output:
         # Empty or unrelated bytes can parse as an empty ModelProto.
         raise PoolfoldError("not an ONNX model: the graph has no nodes or no outputs")
-    return model
+    return model, folder
 
 
 class PoolfoldBackend(Backend):
@@ -476,10 +712,18 @@ class PoolfoldBackend(Backend):
           onnxruntime's sessions (the thread counts on poolfold's own SessionOptions; give them
           there or in ``session_options``, not both).
         - ``inferred_shape_indices=True`` gives MaxUnpool nodes that option (see the README).
+        - ``poolfold_nodes``: which nodes of poolfold's ops run on poolfold when the other
+          nodes run on onnxruntime: ``"all"`` (the default) or ``"needed"``: only those
+          onnxruntime cannot run or would not compute as poolfold's semantics say, judged
+          from each node's op, version, attributes, types and ranks
+          (:mod:`poolfold.placement` lists the rules); the others stay in onnxruntime's
+          stretches, so a model onnxruntime runs right as a whole is one session.  The one
+          difference "needed" leaves is in the data: where a MaxPool window holds a NaN,
+          onnxruntime's answer depends on where the NaN sits (poolfold's is NaN).
         """
         if not cls.supports_device(device):
             raise PoolfoldError(f"poolfold runs on the CPU only, not {device!r}")
-        known = {"other_ops", "inferred_shape_indices", *_SESSION_KEYWORDS}
+        known = {"other_ops", "inferred_shape_indices", "poolfold_nodes", *_SESSION_KEYWORDS}
         unknown = sorted(set(kwargs) - known)
         if unknown:
             raise PoolfoldError(f"prepare() has no keyword {', '.join(map(repr, unknown))}; "
@@ -493,10 +737,11 @@ class PoolfoldBackend(Backend):
         elif other_ops == ONNXRUNTIME and not onnxruntime_available():
             raise PoolfoldError("other_ops='onnxruntime' needs onnxruntime, which is not "
                                 "installed (pip install onnxruntime)")
-        model = _load(model)
+        poolfold_nodes = placement.check_choice(kwargs.get("poolfold_nodes", placement.ALL))
+        model, folder = _load(model)
         session = {k: kwargs[k] for k in _SESSION_KEYWORDS if kwargs.get(k) is not None}
         return PoolfoldRep(model, bool(kwargs.get("inferred_shape_indices", False)), other_ops,
-                           session)
+                           session, poolfold_nodes, folder)
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:

@@ -141,7 +141,8 @@ def command_run(args) -> int:
     if not os.path.exists(path):
         raise UsageError(f"model file not found: {path}")
     try:
-        model = onnx.load(path)
+        # The graph only: prepare maps the weights of an external-data model from their file.
+        model = onnx.load(path, load_external_data=False)
     except Exception as error:  # protobuf's errors are not one family
         raise UsageError(f"cannot read {path} as an ONNX model: {_first_line(error)}") from None
     if not model.graph.node or not model.graph.output:
@@ -160,7 +161,8 @@ def command_run(args) -> int:
         origin = f"generated, seed {args.seed}" if name in generated else "from file"
         print(f"input  {name}: shape {value.shape}, {value.dtype} ({origin})")
     try:
-        rep = backend.prepare(model, other_ops=args.other_ops)
+        rep = backend.prepare(path, other_ops=args.other_ops,
+                              poolfold_nodes=args.poolfold_nodes)
         times = []
         for _ in range(args.repeat):
             start = time.perf_counter()
@@ -168,6 +170,10 @@ def command_run(args) -> int:
             times.append(time.perf_counter() - start)
     except Exception as error:  # a model that cannot run is bad input: one line, no traceback
         raise UsageError(_first_line(error)) from None
+    if rep.other_ops == "onnxruntime":
+        print(f"where it runs (--poolfold-nodes {args.poolfold_nodes}):")
+        for line in rep.describe().splitlines():
+            print(f"  {line}")
     names = [o.name for o in model.graph.output]
     for name, value in zip(names, outputs):
         value = np.asarray(value)
@@ -237,6 +243,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--other-ops", choices=["onnxruntime", "reference"], default=None,
                      help="what runs the ops poolfold does not implement (default: onnxruntime "
                           "when installed, else onnx's reference evaluator)")
+    run.add_argument("--poolfold-nodes", choices=["all", "needed"], default="all",
+                     help="with the other ops on onnxruntime: run every MaxPool, MaxUnpool and "
+                          "Col2Im node on poolfold (all, the default), or only those "
+                          "onnxruntime cannot run or would compute differently (needed)")
     run.set_defaults(handler=command_run)
 
     conformance = commands.add_parser(

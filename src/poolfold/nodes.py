@@ -107,6 +107,38 @@ def bind(domain: str, op_type: str, opset: int, attributes: dict, outputs: Seque
     return _Prepared(prepare_fold, (_DATA, _SHAPE, _SHAPE))
 
 
+def output_shapes(domain: str, op_type: str, opset: int, attributes: dict,
+                  input_shapes: Sequence, constant_inputs: Sequence) -> list[tuple | None]:
+    """What prepare can tell of a node's output shapes before any data: ``input_shapes`` per
+    input (a tuple of int, str or None per dim; None when unknown), ``constant_inputs`` the
+    values of the inputs that are initializers (else None).  A dim it cannot tell is None; an
+    output it cannot tell at all is None.  Computed by the geometry the ops run, so that an
+    onnxruntime stretch after the node is told the exact shape it will be fed."""
+    data = input_shapes[0] if input_shapes else None
+    if domain != schema.AI_ONNX or data is None or len(data) < 3:
+        return [None, None]
+    kept = (data[0], data[1]) + (None,) * (len(data) - 2)  # N and C pass through
+    if op_type == "MaxPool":
+        shape = kept
+        if all(isinstance(n, int) for n in data):
+            options = {k: v for k, v in attributes.items() if k != "storage_order"}
+            kernel_shape = options.pop("kernel_shape", None)
+            try:
+                shape = max_pool.max_pool_shape(data, kernel_shape, **options, opset=opset)
+            except (PoolfoldError, TypeError, ValueError):  # the run will say what is wrong
+                pass
+        return [shape, shape]
+    if op_type == "MaxUnpool":
+        output_shape = constant_inputs[2] if len(constant_inputs) > 2 else None
+        if output_shape is not None:
+            return [tuple(int(n) for n in output_shape)]
+        return [kept]
+    image_shape = constant_inputs[1] if len(constant_inputs) > 1 else None  # Col2Im
+    if image_shape is None:
+        return [None]
+    return [(data[0], None) + tuple(int(n) for n in image_shape)]
+
+
 def _index_request(spec, wanted: list[bool]) -> bool:
     """Whether a MaxPool node asks for Indices (its outputs checked against the version)."""
     if len(wanted) > len(spec.outputs):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import onnx
 from onnx import helper
@@ -74,25 +74,34 @@ def node_reads(node: onnx.NodeProto) -> list[str]:
 
 Functions = Mapping[tuple[str, str], onnx.FunctionProto]  # (domain, name) -> local function
 
+# Whether a node runs on poolfold's kernels: by default every node of poolfold's ops does
+# (prepare's ``poolfold_nodes="all"``); :mod:`poolfold.placement` decides for "needed".
+OnPoolfold = Callable[[onnx.NodeProto], bool]
 
-def holds_poolfold_nodes(node: onnx.NodeProto, functions: Functions = {}) -> bool:
-    """Whether one of poolfold's nodes is inside the node: in its subgraphs, or in the body of
-    the model-local function it calls (``functions``: (domain, name) -> function)."""
+
+def every_poolfold_op(node: onnx.NodeProto) -> bool:
+    return nodes.implements(default_domain(node.domain), node.op_type)
+
+
+def holds_poolfold_nodes(node: onnx.NodeProto, functions: Functions = {},
+                         on_poolfold: OnPoolfold = every_poolfold_op) -> bool:
+    """Whether a node that runs on poolfold is inside the node: in its subgraphs, or in the
+    body of the model-local function it calls (``functions``: (domain, name) -> function)."""
     bodies = [list(graph.node) for graph in subgraphs(node)]
     function = functions.get((node.domain, node.op_type))
     if function is not None:
         bodies.append(list(function.node))
     return any(
-        nodes.implements(default_domain(inner.domain), inner.op_type)
-        or holds_poolfold_nodes(inner, functions)
+        on_poolfold(inner) or holds_poolfold_nodes(inner, functions, on_poolfold)
         for body in bodies for inner in body
     )
 
 
-def kind_of(node: onnx.NodeProto, functions: Functions = {}) -> str:
-    if nodes.implements(default_domain(node.domain), node.op_type):
+def kind_of(node: onnx.NodeProto, functions: Functions = {},
+            on_poolfold: OnPoolfold = every_poolfold_op) -> str:
+    if on_poolfold(node):
         return POOLFOLD
-    return NESTED if holds_poolfold_nodes(node, functions) else OTHER
+    return NESTED if holds_poolfold_nodes(node, functions, on_poolfold) else OTHER
 
 
 @dataclass
@@ -109,9 +118,11 @@ class Step:
     constants: list[str] = field(default_factory=list)  # initializers it reads
 
 
-def plan(graph: onnx.GraphProto, functions: Sequence[onnx.FunctionProto] = ()) -> list[Step]:
+def plan(graph: onnx.GraphProto, functions: Sequence[onnx.FunctionProto] = (),
+         on_poolfold: OnPoolfold = every_poolfold_op) -> list[Step]:
     """The graph's nodes as an ordered list of steps (see the module's docstring);
-    ``functions`` are the model's local functions."""
+    ``functions`` are the model's local functions; ``on_poolfold`` says which nodes of
+    poolfold's ops run on poolfold (the others join the stretches)."""
     constants = {t.name for t in graph.initializer}
     constants |= {t.values.name for t in graph.sparse_initializer}
     available = {v.name for v in graph.input} | constants
@@ -122,7 +133,7 @@ def plan(graph: onnx.GraphProto, functions: Sequence[onnx.FunctionProto] = ()) -
                 producer[name] = index
     reads = [node_reads(node) for node in graph.node]
     by_name = {(f.domain, f.name): f for f in functions}
-    kinds = [kind_of(node, by_name) for node in graph.node]
+    kinds = [kind_of(node, by_name, on_poolfold) for node in graph.node]
     waiting = [0] * len(graph.node)
     readers: list[list[int]] = [[] for _ in graph.node]
     for index, (node, names) in enumerate(zip(graph.node, reads)):
@@ -166,10 +177,13 @@ def plan(graph: onnx.GraphProto, functions: Sequence[onnx.FunctionProto] = ()) -
     if emitted != len(graph.node):
         stuck = next(node for node, count in zip(graph.node, waiting) if count)
         raise PoolfoldError(f"the graph has a cycle through {describe(stuck)}")
+    folded = _fold_constants_into_readers(graph, order, kinds, producer, constants)
 
     # What each step reads and what it must hand on.
     needed_later: set[str] = {v.name for v in graph.output}
     for step in reversed(order):
+        if step.kind == OTHER:
+            step.nodes = _without_unread_constants(step.nodes, folded, needed_later)
         produced = {name for node in step.nodes for name in node.output if name}
         step.outputs = [name for node in step.nodes for name in node.output
                         if name and name in needed_later]
@@ -181,6 +195,71 @@ def plan(graph: onnx.GraphProto, functions: Sequence[onnx.FunctionProto] = ()) -
     # A stretch none of whose values anyone reads is dead code: drop it.  (One of poolfold's
     # nodes always runs, so that its errors are not skipped.)
     return [step for step in order if step.outputs or step.kind == POOLFOLD]
+
+
+# Ops whose output changes from run to run although they read no data.
+_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                     "Multinomial", "Bernoulli"}
+
+
+def _fold_constants_into_readers(graph: onnx.GraphProto, order: list[Step], kinds: list[str],
+                                 producer: Mapping[str, int], constants: set[str]) -> set[str]:
+    """Give each stretch its own copy of the constant nodes it reads (a Constant, an Identity
+    or a Reshape of an initializer...), so that its session sees a constant it can fold,
+    instead of an input: onnxruntime prepacks, fuses and lays out (NCHWc) a Conv only when its
+    weights and bias are constants.  torch.onnx.export shares equal tensors through Identity
+    nodes (resnet18: 16 of its Conv biases); scheduled as they were, those ran in the first
+    stretch and reached the one after the MaxPool as inputs, and 16 of its 19 Convs stayed
+    in plain NCHW: 1.24x onnxruntime's CPU time single-threaded, 1.0x with the copies."""
+    foldable: dict[int, bool] = {}
+
+    def is_foldable(index: int) -> bool:
+        if index not in foldable:
+            node = graph.node[index]
+            foldable[index] = False  # a cycle guard; plan() has ruled cycles out
+            foldable[index] = (
+                kinds[index] == OTHER and node.op_type not in _NONDETERMINISTIC
+                and not any(True for _ in subgraphs(node))
+                and all(name in constants or (name in producer and is_foldable(producer[name]))
+                        for name in node.input if name))
+        return foldable[index]
+
+    for step in order:
+        if step.kind != OTHER:
+            continue
+        produced = {name for node in step.nodes for name in node.output}
+        wanted: set[int] = set()
+        pending = [name for node in step.nodes for name in node_reads(node)
+                   if name not in produced and name in producer]
+        while pending:
+            index = producer[pending.pop()]
+            if index in wanted or not is_foldable(index):
+                continue
+            wanted.add(index)
+            pending.extend(name for name in graph.node[index].input
+                           if name in producer and name not in produced)
+        if wanted:
+            step.nodes[:0] = [graph.node[index] for index in sorted(wanted)]
+    return {name for index, is_constant in foldable.items() if is_constant
+            for name in graph.node[index].output if name}
+
+
+def _without_unread_constants(step_nodes: list[onnx.NodeProto], folded: set[str],
+                              needed_later: set[str]) -> list[onnx.NodeProto]:
+    """The stretch's nodes less the constant nodes (``folded``: their outputs) whose values
+    neither the stretch nor a later step reads: the copies its readers now carry made them
+    dead here."""
+    if not folded:
+        return step_nodes
+    wanted = set(needed_later)
+    kept: list[onnx.NodeProto] = []
+    for node in reversed(step_nodes):
+        constant = bool(node.output) and node.output[0] in folded
+        if constant and not any(name in wanted for name in node.output):
+            continue
+        kept.append(node)
+        wanted.update(node_reads(node))
+    return kept[::-1]
 
 
 # onnxruntime's names of element types ("float", "int64", "bfloat16") -> onnx's numbers
@@ -196,22 +275,84 @@ def type_from_ort(text: str) -> onnx.TypeProto | None:
     return None
 
 
-def known_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
-    """The types onnx's shape inference (and the model's own value_info) give the graph's
-    values, shapes removed: a stretch's inputs need their element type, and a shape taken from
-    inference could be stricter than what poolfold's ops produce."""
+# An initializer up to this size is small enough to copy around: shape inference reads it (a
+# Reshape's target shape), and a stretch's model embeds it.  Larger ones are weights, which
+# neither inference nor a stretch's model copies (vgg11's 500 MB took 10 s through onnx's
+# shape inference alone).
+SMALL_INITIALIZER_BYTES = 64 * 2**10
+
+
+def is_small(tensor: onnx.TensorProto) -> bool:
+    """Whether the initializer holds at most SMALL_INITIALIZER_BYTES, told from its dims and
+    type (protobuf's ByteSize serialises the tensor to count: 5 s over vgg11's weights)."""
+    count = 1
+    for dim in tensor.dims:
+        count *= dim
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        itemsize = helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        itemsize = 0
+    if tensor.data_type == onnx.TensorProto.STRING or itemsize == 0:
+        itemsize = 16  # a guess: strings have no fixed size
+    return count * itemsize <= SMALL_INITIALIZER_BYTES
+
+
+def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its large initializers turned into typed graph inputs: what shape
+    inference needs, without the weights."""
+    graph = model.graph
+    light = onnx.GraphProto(name=graph.name)
+    light.node.extend(graph.node)
+    light.input.extend(graph.input)
+    light.output.extend(graph.output)
+    light.value_info.extend(graph.value_info)
+    light.sparse_initializer.extend(graph.sparse_initializer)
+    declared = {v.name for v in graph.input}
+    for tensor in graph.initializer:
+        if is_small(tensor) and tensor.data_location != onnx.TensorProto.EXTERNAL:
+            light.initializer.append(tensor)
+        elif tensor.name not in declared:
+            light.input.append(helper.make_tensor_value_info(tensor.name, tensor.data_type,
+                                                             tensor.dims))
+    skeleton = helper.make_model(light, opset_imports=model.opset_import,
+                                 functions=model.functions)
+    skeleton.ir_version = model.ir_version
+    return skeleton
+
+
+Shape = tuple  # of int (a static dim), str (a named one) or None (unknown)
+
+
+def shape_of(type_proto: onnx.TypeProto) -> Shape | None:
+    if type_proto.WhichOneof("value") != "tensor_type" or \
+            not type_proto.tensor_type.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                 for d in type_proto.tensor_type.shape.dim)
+
+
+def known_types(model: onnx.ModelProto) -> tuple[dict[str, onnx.TypeProto], dict[str, Shape]]:
+    """The types onnx's shape inference (and the model's own value_info) give the graph's
+    values, without their shapes (a shape from onnx's inference could be stricter than what
+    poolfold's ops produce), and, apart, the shapes inference gives: hints for deciding where
+    a node runs, never declared to a session."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(_skeleton(model), strict_mode=False)
     except Exception:  # inference is a help, not a requirement
         inferred = model
     graph = inferred.graph
     types: dict[str, onnx.TypeProto] = {}
+    shapes: dict[str, Shape] = {}
     for value in [*model.graph.value_info, *graph.value_info, *graph.input, *graph.output]:
         if value.type.WhichOneof("value") is not None and value.name not in types:
             types[value.name] = without_shape(value.type)
-    for tensor in graph.initializer:
+            shape = shape_of(value.type)
+            if shape is not None:
+                shapes[value.name] = shape
+    for tensor in model.graph.initializer:
         types.setdefault(tensor.name, helper.make_tensor_type_proto(tensor.data_type, None))
-    return {name: t for name, t in types.items() if _complete(t)}
+        shapes.setdefault(tensor.name, tuple(tensor.dims))
+    return {name: t for name, t in types.items() if _complete(t)}, shapes
 
 
 def without_shape(type_proto: onnx.TypeProto) -> onnx.TypeProto:

@@ -1,12 +1,16 @@
 """Whole models through ``poolfold.backend`` against onnxruntime alone: ``poolfold bench --models``.
 
-Two models: the bundled SegNet-style example (1, 3, 64, 64), which onnxruntime runs by itself,
-and ``conv-pool4d-conv``, a Conv, a 4-D-spatial MaxPool on a rank-6 tensor (onnxruntime's
-MaxPool stops at 3-D) and a Relu and Conv after it, which onnxruntime refuses.  Each
-implementation is timed in a block of its own: a warm-up, then ``repeat`` runs, the median kept.
-onnxruntime runs at its default session options; ``poolfold.backend`` at its defaults (its
-other nodes on onnxruntime), and, unless ``reference=False``, with ``other_ops="reference"``
-(every other node on onnx's ReferenceEvaluator) for comparison.
+The bundled SegNet-style example (1, 3, 64, 64), which onnxruntime runs by itself;
+``conv-pool4d-conv``, a Conv, a 4-D-spatial MaxPool on a rank-6 tensor (onnxruntime's MaxPool
+stops at 3-D) and a Relu and Conv after it, which onnxruntime refuses; and, where torch is
+installed (or the models were exported before), the zoo of :mod:`poolfold.bench.zoo`: resnet18,
+googlenet, squeezenet1_0, vgg11 and an Unfold -> Fold model, exported into a cache folder.
+Each implementation is timed in a block of its own: a warm-up, then ``repeat`` runs, the median
+kept; its ``prepare`` (or session creation) is timed once.  onnxruntime runs at its default
+session options; ``poolfold.backend`` at its defaults (its other nodes on onnxruntime) with
+``poolfold_nodes="all"`` and ``"needed"``, and, for the two small models unless
+``reference=False``, with ``other_ops="reference"`` (every other node on onnx's
+ReferenceEvaluator) for comparison.
 
 >>> from poolfold.bench import models as backend_bench
 >>> print(backend_bench.format_rows(backend_bench.run()))      # doctest: +SKIP
@@ -30,6 +34,7 @@ class Row:
     median_ms: float | None  # None: the implementation cannot run the model
     runs: int
     note: str = ""
+    prepare_s: float | None = None  # prepare(), or onnxruntime's session creation
 
 
 def bundled_model() -> tuple[onnx.ModelProto, dict]:
@@ -68,10 +73,22 @@ def pool4d_model() -> tuple[onnx.ModelProto, dict]:
     return model, {"x": x}
 
 
-MODELS: dict[str, Callable[[], tuple[onnx.ModelProto, dict]]] = {
+MODELS: dict[str, Callable[[], tuple[onnx.ModelProto | str, dict]]] = {
     "segnet (bundled)": bundled_model,
     "conv-pool4d-conv": pool4d_model,
 }
+
+
+def zoo_models() -> dict[str, Callable[[], tuple[str, dict]]]:
+    """The zoo's models (a path and feeds each), where torch can export them or the cache
+    holds them."""
+    import importlib.util
+
+    from . import zoo
+
+    have_torch = importlib.util.find_spec("torch") is not None
+    return {name: (lambda name=name: zoo.model(name)) for name in zoo.ARCHITECTURES
+            if have_torch or (zoo.cache_folder() / f"{name}.onnx").exists()}
 
 
 def _median_ms(run: Callable[[], object], warmup: int, repeat: int) -> float:
@@ -90,22 +107,27 @@ def _first_line(error: BaseException, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def run(repeat: int = 30, warmup: int = 5, reference: bool = True) -> list[Row]:
-    """Time every model of :data:`MODELS` (see the module's docstring); rows in table order."""
+def run(repeat: int = 30, warmup: int = 5, reference: bool = True,
+        zoo: bool = True) -> list[Row]:
+    """Time every model of :data:`MODELS` and, with ``zoo``, of :func:`zoo_models` (see the
+    module's docstring); rows in table order."""
     from .. import backend
 
+    models = dict(MODELS)
+    if zoo:
+        models.update(zoo_models())
     rows = []
-    for name, build in MODELS.items():
+    for name, build in models.items():
         model, feeds = build()
+        source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
         runners: list[tuple[str, Callable[[], Callable[[], object]], int]] = []
         try:
             import onnxruntime
 
             onnxruntime.set_default_logger_severity(4)  # its refusal is a row's note, not a log
 
-            def session(model=model, feeds=feeds):
-                s = onnxruntime.InferenceSession(model.SerializeToString(),
-                                                 providers=["CPUExecutionProvider"])
+            def session(source=source, feeds=feeds):
+                s = onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"])
                 return lambda: s.run(None, feeds)
 
             runners.append(("onnxruntime", session, repeat))
@@ -118,33 +140,40 @@ def run(repeat: int = 30, warmup: int = 5, reference: bool = True) -> list[Row]:
             return lambda: rep.run(feeds)
 
         runners.append((f"poolfold.backend (other ops: {default})", poolfold, repeat))
-        if reference and default != "reference":
+        if default == "onnxruntime":
+            runners.append(("poolfold.backend (poolfold_nodes='needed')",
+                            lambda: poolfold(poolfold_nodes="needed"), repeat))
+        if reference and default != "reference" and name in MODELS:
             # The reference evaluator is about 100 times slower: fewer runs.
             runners.append(("poolfold.backend (other ops: reference)",
                             lambda: poolfold(other_ops="reference"), max(3, repeat // 5)))
         for implementation, prepare, runs in runners:
             try:
+                start = time.perf_counter()
                 call = prepare()
+                prepared = time.perf_counter() - start
                 call()  # the first run compiles poolfold's kernels if they are not cached
             except Exception as error:  # an implementation that refuses the model
                 rows.append(Row(name, implementation, None, 0, f"cannot run it: "
                                                                 f"{_first_line(error)}"))
                 continue
-            rows.append(Row(name, implementation, _median_ms(call, warmup, runs), runs))
+            time.sleep(0.5)  # a pause between blocks: the last one's threads settle
+            rows.append(Row(name, implementation, _median_ms(call, warmup, runs), runs,
+                            prepare_s=prepared))
     return rows
 
 
 def format_rows(rows: list[Row]) -> str:
     """A table: model, implementation, median ms, and the ratio to onnxruntime alone."""
     baseline = {r.model: r.median_ms for r in rows if r.implementation == "onnxruntime"}
-    header = ["model", "implementation", "median ms", "vs onnxruntime", "runs"]
+    header = ["model", "implementation", "median ms", "vs onnxruntime", "prepare s", "runs"]
     lines = []
     for row in rows:
         base = baseline.get(row.model)
         ratio = (f"{row.median_ms / base:.2f}x" if row.median_ms is not None and base else "-")
         lines.append([row.model, row.implementation,
                       "-" if row.median_ms is None else f"{row.median_ms:.3f}", ratio,
-                      str(row.runs)])
+                      "-" if row.prepare_s is None else f"{row.prepare_s:.2f}", str(row.runs)])
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
     text = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
             "  ".join("-" * w for w in widths)]

@@ -1,0 +1,245 @@
+"""Where a node of poolfold's ops runs when the other nodes run on onnxruntime: prepare's
+``poolfold_nodes``.
+
+- ``"all"`` (the default): every MaxPool, MaxUnpool, Col2Im and com.ms.internal.nhwc node
+  runs on poolfold's kernels.
+- ``"needed"``: a node runs on poolfold only where onnxruntime (1.32, CPU) cannot run it or
+  would not compute it as poolfold's semantics say, or where poolfold is measured faster;
+  every other node stays inside onnxruntime's stretch, so that a model onnxruntime runs right
+  as a whole runs as one onnxruntime session.
+
+The decision is made at prepare time, from what the node says (op, domain, version,
+attributes, which outputs are used) and what shape inference tells of its data input (element
+type, rank, sizes).  Where that is not known, the node runs on poolfold: a doubt never hands a
+node to an implementation that might compute it differently.  :data:`RULES` is the one list of
+reasons, checked in order; tests/test_placement.py checks each against what onnxruntime
+actually does with a one-node model.
+
+**The difference "needed" leaves** is in the data, which prepare cannot see: where a MaxPool
+window holds a NaN, onnxruntime's answer depends on where the NaN sits in the window (it may
+give the largest number instead), while poolfold's is NaN and its index the first NaN's.  A
+model whose pooled tensors may hold NaN should run with ``poolfold_nodes="all"``.  (A
+MaxUnpool index out of range is an error either way, but onnxruntime's own exception, not
+poolfold's ValueError.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from . import schema
+from .errors import PoolfoldError
+from .partition import Shape, default_domain, every_poolfold_op
+
+ALL = "all"
+NEEDED = "needed"
+CHOICES = (ALL, NEEDED)
+
+ALL_REASON = "poolfold_nodes='all'"
+
+
+def check_choice(value) -> str:
+    if not isinstance(value, str) or value not in CHOICES:
+        raise PoolfoldError(f"poolfold_nodes must be one of {', '.join(map(repr, CHOICES))}, "
+                            f"not {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What prepare knows of one node of poolfold's ops."""
+
+    domain: str  # "" for ai.onnx
+    op_type: str
+    version: int | None  # the model's opset import for the domain
+    attributes: Mapping = field(default_factory=dict)
+    dtype: int | None = None  # the data input's TensorProto element type; None: unknown
+    shape: Shape | None = None  # the data input's shape as inferred; None: unknown
+    spatial_rank: int | None = None  # None: unknown
+    indices_used: bool = False  # MaxPool's second output is read
+    inferred_shape_indices: bool = False  # prepare's MaxUnpool option
+
+    def ints(self, name: str, default: int) -> list[int]:
+        value = self.attributes.get(name)
+        rank = self.spatial_rank or 0
+        if value is None:
+            return [default] * (2 * rank if name == "pads" else rank)
+        return [int(v) for v in value]
+
+    @property
+    def dtype_name(self) -> str:
+        return TensorProto.DataType.Name(self.dtype).lower() if self.dtype is not None else "?"
+
+
+_F16, _F32, _F64 = TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE
+
+
+def onnxruntime_types(op_type: str, version: int | None) -> frozenset[int]:
+    """The element types onnxruntime 1.32's CPU kernels take for an ai.onnx op (others it
+    refuses when the session is built)."""
+    if op_type == "MaxPool":
+        if version is not None and version >= 12:
+            return frozenset({_F16, _F32, _F64, TensorProto.INT8, TensorProto.UINT8})
+        return frozenset({_F16, _F32, _F64})
+    return frozenset({_F16, _F32})  # MaxUnpool (no double kernel), Col2Im (float only)
+
+
+def _pads_reach_kernel(facts: NodeFacts) -> bool:
+    kernel = facts.ints("kernel_shape", 0)
+    pads = facts.ints("pads", 0)
+    rank = len(kernel)
+    return len(pads) == 2 * rank and any(
+        max(pads[a], pads[a + rank]) >= kernel[a] for a in range(rank))
+
+
+def _same_with_dilation(facts: NodeFacts) -> bool:
+    return (str(facts.attributes.get("auto_pad", "NOTSET")).startswith("SAME")
+            and any(d > 1 for d in facts.ints("dilations", 1)))
+
+
+def _window_may_be_empty(facts: NodeFacts) -> bool:
+    """Whether a window can hold padding only: its taps, ``d`` apart, step over the whole
+    axis, which takes a dilation larger than the axis and a begin pad (with pads < kernel and
+    the ceil-mode drop rule, no window lies wholly in one side's padding)."""
+    if facts.dtype not in (_F16, _F32, _F64):
+        return False  # integers: onnxruntime gives the type's minimum there, as poolfold
+    dilations = facts.ints("dilations", 1)
+    pads = facts.ints("pads", 0)
+    rank = len(dilations)
+    sizes = facts.shape[2:] if facts.shape is not None and len(facts.shape) == rank + 2 \
+        else (None,) * rank
+    return any(d > 1 and pads[a] > 0 and (not isinstance(n, int) or n < d)
+               for a, (d, n) in enumerate(zip(dilations, sizes)))
+
+
+def _no_channels(facts: NodeFacts) -> bool:
+    return facts.shape is not None and len(facts.shape) > 1 and facts.shape[1] == 0
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One reason a node runs on poolfold: ``applies`` to its facts; ``reason`` is formatted
+    with ``op``, ``dtype`` and ``rank``."""
+
+    ops: tuple[str, ...]
+    applies: Callable[[NodeFacts], bool]
+    reason: str
+
+
+_POOL_OPS = ("MaxPool", "MaxUnpool")
+
+# Checked in order; the first that applies is the node's reason.  Each was observed on
+# onnxruntime 1.32 (tests/test_placement.py keeps checking it).
+RULES: tuple[Rule, ...] = (
+    Rule(("MaxPool", "MaxUnpool"), lambda f: f.domain == schema.NHWC,
+         "onnxruntime has no CPU kernel for com.ms.internal.nhwc {op} outside its own layout "
+         "transformer: it refuses the node"),
+    Rule(("MaxPool", "MaxUnpool", "Col2Im"), lambda f: f.dtype is None,
+         "its data type is unknown before the run"),
+    Rule(("MaxPool", "MaxUnpool", "Col2Im"),
+         lambda f: f.dtype not in onnxruntime_types(f.op_type, f.version),
+         "onnxruntime has no {op}-{version} kernel for {dtype}"),
+    Rule(("MaxPool", "MaxUnpool", "Col2Im"), lambda f: f.spatial_rank is None,
+         "its spatial rank is unknown before the run"),
+    Rule(_POOL_OPS, lambda f: f.spatial_rank > 3,
+         "onnxruntime's {op} stops at 3 spatial axes (this node has {rank}): it fails when run"),
+    Rule(("MaxUnpool",), lambda f: f.inferred_shape_indices,
+         "inferred_shape_indices is poolfold's own reading of I"),
+    Rule(("MaxPool",), _same_with_dilation,
+         "onnxruntime sizes SAME padding without the dilation: a wrong output shape"),
+    Rule(("MaxPool",), _pads_reach_kernel,
+         "onnxruntime refuses pads >= kernel_shape, which the spec allows"),
+    Rule(("MaxPool",), _window_may_be_empty,
+         "a dilated window can lie wholly in the padding, where onnxruntime gives the "
+         "lowest finite {dtype}, not -inf"),
+    Rule(("MaxPool",), _no_channels,
+         "onnxruntime fails on an input with no channels (C = 0)"),
+    # onnxruntime computes it right, but slowly: (1, 64, 224, 224), 2x2 stride 2, took 40 ms
+    # there and 3.3 ms on poolfold; (8, 32, 64, 64) 6.3 ms and 0.64 ms.
+    Rule(("MaxPool",), lambda f: f.indices_used,
+         "poolfold is measured faster than onnxruntime for MaxPool with Indices"),
+    # Seen wrong with C > 1 in 1-D to 4-D and with C = 1 in 3-D (dilations 2, 2, 1); right
+    # in 2-D whatever C.  The rule takes every dilation outside 2-D.
+    Rule(("Col2Im",),
+         lambda f: f.spatial_rank != 2 and any(d > 1 for d in f.ints("dilations", 1)),
+         "onnxruntime's Col2Im outside 2-D misplaces dilated blocks ({rank}-D here)"),
+)
+
+
+def needed_reason(facts: NodeFacts) -> str | None:
+    """Why the node must run on poolfold under "needed", or None: onnxruntime runs it."""
+    for rule in RULES:
+        if facts.op_type in rule.ops and rule.applies(facts):
+            return rule.reason.format(op=facts.op_type, dtype=facts.dtype_name,
+                                      rank=facts.spatial_rank, version=facts.version)
+    return None
+
+
+class Placement:
+    """The decision for every node of one model (see the module's docstring)."""
+
+    def __init__(self, choice: str, opsets: Mapping[str, int],
+                 types: Mapping[str, onnx.TypeProto], shapes: Mapping[str, Shape],
+                 constants: Mapping[str, np.ndarray], inferred_shape_indices: bool = False):
+        self.choice = check_choice(choice)
+        self._opsets = opsets
+        self._types = types
+        self._shapes = shapes
+        self._constants = constants
+        self._inferred_shape_indices = inferred_shape_indices
+        self._reasons: dict[tuple, str | None] = {}
+
+    def on_poolfold(self, node: onnx.NodeProto) -> bool:
+        return self.reason(node) is not None
+
+    def reason(self, node: onnx.NodeProto) -> str | None:
+        """Why the node runs on poolfold; None for a node onnxruntime runs."""
+        if not every_poolfold_op(node):
+            return None
+        if self.choice == ALL:
+            return ALL_REASON
+        # A graph's outputs are unique, but a subgraph's node may repeat them: the key holds
+        # the inputs and attributes too.
+        key = (node.domain, node.op_type, tuple(node.input), tuple(node.output),
+               node.SerializeToString())
+        if key not in self._reasons:
+            self._reasons[key] = needed_reason(self.facts(node))
+        return self._reasons[key]
+
+    def facts(self, node: onnx.NodeProto) -> NodeFacts:
+        domain = default_domain(node.domain)
+        attributes = {}
+        for attribute in node.attribute:
+            value = onnx.helper.get_attribute_value(attribute)
+            attributes[attribute.name] = value.decode() if isinstance(value, bytes) else value
+        data = node.input[0] if node.input else ""
+        type_proto = self._types.get(data)
+        dtype = None
+        if type_proto is not None and type_proto.WhichOneof("value") == "tensor_type":
+            dtype = type_proto.tensor_type.elem_type
+        shape = self._shapes.get(data)
+        return NodeFacts(
+            domain=domain, op_type=node.op_type, version=self._opsets.get(domain),
+            attributes=attributes, dtype=dtype, shape=shape,
+            spatial_rank=self._spatial_rank(node, attributes, shape),
+            indices_used=node.op_type == "MaxPool" and len(node.output) > 1
+            and bool(node.output[1]),
+            inferred_shape_indices=self._inferred_shape_indices)
+
+    def _spatial_rank(self, node, attributes, shape) -> int | None:
+        if node.op_type in _POOL_OPS:
+            if "kernel_shape" in attributes:
+                return len(attributes["kernel_shape"])
+            return len(shape) - 2 if shape is not None else None
+        for name in node.input[1:3]:  # Col2Im: image_shape, block_shape hold r values each
+            if name in self._constants:
+                return int(np.asarray(self._constants[name]).size)
+            given = self._shapes.get(name)
+            if given is not None and len(given) == 1 and isinstance(given[0], int):
+                return given[0]
+        return None
