@@ -125,3 +125,16 @@ def test_judge_still_passes_a_right_value():
     from fuzz import judge
 
     assert judge.judge(VALID_POOL) == ("value", "")
+
+
+def test_judge_lets_a_node_name_an_attribute_its_version_lacks_at_its_default():
+    """Found by the 100,000-case campaign: a MaxPool-1 node carrying storage_order=0 (the
+    node names it; a Python keyword at its default cannot be told from none) was judged a
+    wrong refusal.  SEMANTICS.md makes it an error; at the default either answer is fair."""
+    from fuzz import judge
+
+    spec = {"op": "max_pool", "x": {"dtype": "float32", "shape": (5, 4, 3, 2), "layout": (),
+                                    "values": "special", "seed": 2},
+            "kwargs": {"kernel_shape": (2, 3), "pads": (2, 0, 1, 1), "storage_order": 0,
+                       "opset": 1, "return_indices": False}, "via": "run_node"}
+    assert judge.judge(spec)[0] in ("value", "error")
