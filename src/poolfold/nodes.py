@@ -25,9 +25,6 @@ _FUNCTIONS = {
 }
 
 
-# Inputs each op takes (MaxUnpool's output_shape is optional).
-_MOST_INPUTS = {"MaxPool": 1, "MaxUnpool": 3, "Col2Im": 3}
-
 
 def implements(domain: str, op_type: str) -> bool:
     return (domain, op_type) in _FUNCTIONS
@@ -68,7 +65,7 @@ def bind(domain: str, op_type: str, opset: int, attributes: dict, outputs: Seque
     for attribute in spec.attributes.values():
         if attribute.required and attribute.name not in attributes:
             raise PoolfoldError(f"{spec.label}: required attribute '{attribute.name}' is missing")
-    most = _MOST_INPUTS[op_type]
+    most = len(spec.inputs)
     if input_count > most:
         raise PoolfoldError(
             f"{spec.label}: the node has {input_count} inputs; this op takes at most {most}"

@@ -40,6 +40,7 @@ class OpVersion:
     attributes: Mapping[str, Attribute]
     types: tuple[str, ...]  # accepted types of the data input (the "T" constraint), by name
     outputs: tuple[str, ...]
+    inputs: tuple[str, ...]  # every input the op takes, optional ones included
     # Version in which each attribute / type first appeared, for error messages.
     introduced: Mapping[str, int] = field(default_factory=dict, repr=False)
 
@@ -79,11 +80,12 @@ class Change:
     add_attributes: tuple[Attribute, ...] = ()
     add_types: tuple[str, ...] = ()
     outputs: tuple[str, ...] | None = None  # None: unchanged
+    inputs: tuple[str, ...] | None = None  # None: unchanged
 
 
 def _history(domain: str, op: str, changes: Iterable[Change], versions=None) -> list[OpVersion]:
     """Expand a list of changes into one row per version (or per listed version)."""
-    rows, attributes, types, outputs, introduced = [], {}, (), (), {}
+    rows, attributes, types, outputs, inputs, introduced = [], {}, (), (), (), {}
     for change in changes:
         listed = versions is None or change.since in versions
         for attribute in change.add_attributes:
@@ -95,10 +97,10 @@ def _history(domain: str, op: str, changes: Iterable[Change], versions=None) -> 
                 introduced.setdefault(f"type:{t}", change.since)
         types = types + change.add_types
         outputs = change.outputs if change.outputs is not None else outputs
+        inputs = change.inputs if change.inputs is not None else inputs
         if listed:
-            rows.append(
-                OpVersion(domain, op, change.since, dict(attributes), types, outputs, introduced)
-            )
+            rows.append(OpVersion(domain, op, change.since, dict(attributes), types, outputs,
+                                  inputs, introduced))
     return rows
 
 
@@ -114,6 +116,7 @@ MAX_POOL_CHANGES = (
         add_attributes=(Attribute("auto_pad", "string", "NOTSET"), _KERNEL_SHAPE, _PADS, _STRIDES),
         add_types=_FLOATS,
         outputs=("Y",),
+        inputs=("X",),
     ),
     Change(8, add_attributes=(Attribute("storage_order", "int", 0),), outputs=("Y", "Indices")),
     Change(10, add_attributes=(Attribute("ceil_mode", "int", 0), _DILATIONS)),
@@ -128,6 +131,7 @@ MAX_UNPOOL_CHANGES = (
         add_attributes=(_KERNEL_SHAPE, _PADS, _STRIDES),
         add_types=_FLOATS,
         outputs=("output",),
+        inputs=("X", "I", "output_shape"),
     ),
     Change(11),  # output_shape may be given with pads; no interface change
     Change(22, add_types=("bfloat16",)),
@@ -143,6 +147,7 @@ COL2IM_CHANGES = (
             "bool", "complex64", "complex128", dtypes.STRING,
         ),
         outputs=("output",),
+        inputs=("input", "image_shape", "block_shape"),
     ),
 )
 
