@@ -435,7 +435,7 @@ def test_distributed_col2im(client, dtype):
 
 
 def test_bench_out_of_core_small():
-    from poolfold.dask import bench
+    from poolfold.bench import dask as bench
 
     results = bench.out_of_core(size=32, chunk=16, memory_limit="1GiB", spot_checks=2,
                                 tick=lambda message: None)

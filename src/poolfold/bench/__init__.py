@@ -13,7 +13,7 @@ Layout (nothing here imports :mod:`poolfold.cli`; the command imports this packa
 Adding a benchmark is a module plus a flag: a module with ``measure(args) -> dict`` (or list;
 anything JSON can hold; it may draw its own bar with :func:`poolfold.console.progress`) and
 ``summary(result) -> str``, and one :class:`Section` line in :data:`SECTIONS`, as the
-``models`` (:mod:`poolfold.bench.models`) and ``dask`` (:mod:`poolfold.dask.bench`) lines.
+``models`` (:mod:`poolfold.bench.models`) and ``dask`` (:mod:`poolfold.bench.dask`) lines.
 The flag (``--dask``) runs it after the timing table (``--no-timing`` skips that); its
 result goes into the JSON under the section's name.  ``args`` holds every option of the
 command, ``args.workloads`` the chosen workload keys.  The module is imported only when its
@@ -72,7 +72,7 @@ SECTIONS: tuple[Section, ...] = (
             "the warm-cache cold start and the Quickstart's `poolfold run` (minutes)"),
     Section("models", "poolfold.bench.models",
             "also time whole models through poolfold.backend against onnxruntime alone"),
-    Section("dask", "poolfold.dask.bench",
+    Section("dask", "poolfold.bench.dask",
             "also time poolfold.dask: in-memory comparison and an out-of-core zarr run "
             "(needs poolfold[dask]; the default out-of-core volume is 32 GiB on disk)"),
 )
@@ -126,7 +126,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--startup-case", action="append", default=[], choices=list(CASES),
                         metavar="CASE",
                         help=f"--startup with these first calls only (repeatable): {', '.join(CASES)}")
-    from .dask_options import add_dask_arguments  # imports no dask (poolfold.dask would)
+    from .dask import add_dask_arguments  # imports no dask (poolfold.dask would)
 
     add_dask_arguments(parser)
     parser.set_defaults(handler=command)

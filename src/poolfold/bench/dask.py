@@ -1,4 +1,6 @@
-"""Benchmarks of :mod:`poolfold.dask` (``poolfold bench --dask``).
+"""Benchmarks of :mod:`poolfold.dask` (``poolfold bench --dask``), and its options.  dask,
+distributed and zarr are imported inside the functions that use them: the command line reads
+the options without them.
 
 Two parts:
 
@@ -25,6 +27,20 @@ import time
 import numpy as np
 
 KERNEL, STRIDES = [2, 2, 2], [2, 2, 2]
+
+
+def add_dask_arguments(parser) -> None:
+    parser.add_argument("--dask-size", type=int, default=2048, metavar="S",
+                        help="side of the out-of-core float32 (1, 1, S, S, S) zarr volume "
+                             "(default 2048: 32 GiB on disk; 0 skips the out-of-core run)")
+    parser.add_argument("--dask-chunk", type=int, default=256, metavar="C",
+                        help="chunk side of both volumes (default 256)")
+    parser.add_argument("--dask-memory-limit", default="4GiB", metavar="M",
+                        help="memory limit of each of the 2 workers (default 4GiB)")
+    parser.add_argument("--dask-dir", default=None, metavar="DIR",
+                        help="where the temporary zarr stores go (default: the temp dir)")
+    parser.add_argument("--dask-in-memory-size", type=int, default=512, metavar="S",
+                        help="side of the in-memory comparison volume (default 512; 0 skips it)")
 
 
 def _make_chunk(block_info=None):
