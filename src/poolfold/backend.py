@@ -664,7 +664,7 @@ def _poolfold_output_shapes(node: onnx.NodeProto, opsets: Mapping[str, int], sha
             shapes[name] = shape
 
 
-def _load(model) -> tuple[onnx.ModelProto, str | None]:
+def load_model(model) -> tuple[onnx.ModelProto, str | None]:
     """``model`` (a ModelProto, its bytes or a path) as a ModelProto with a graph, and the
     folder its external data files are in (a path's; else the working directory).  A model
     read from a path leaves its external data in its files: the weights are mapped from
@@ -738,7 +738,7 @@ class PoolfoldBackend(Backend):
             raise PoolfoldError("other_ops='onnxruntime' needs onnxruntime, which is not "
                                 "installed (pip install onnxruntime)")
         poolfold_nodes = placement.check_choice(kwargs.get("poolfold_nodes", placement.ALL))
-        model, folder = _load(model)
+        model, folder = load_model(model)
         session = {k: kwargs[k] for k in _SESSION_KEYWORDS if kwargs.get(k) is not None}
         return PoolfoldRep(model, bool(kwargs.get("inferred_shape_indices", False)), other_ops,
                            session, poolfold_nodes, folder)

@@ -132,9 +132,8 @@ def _summary(value: np.ndarray) -> str:
 
 
 def command_run(args) -> int:
-    import onnx
-
     from . import backend, kernels, models
+    from .errors import PoolfoldError
 
     kernels.announce_compiles()  # a first run compiles for seconds: say so, not sit silent
     path = args.model or str(models.path())
@@ -142,12 +141,9 @@ def command_run(args) -> int:
         raise UsageError(f"model file not found: {path}")
     try:
         # The graph only: prepare maps the weights of an external-data model from their file.
-        model = onnx.load(path, load_external_data=False)
-    except Exception as error:  # protobuf's errors are not one family
-        raise UsageError(f"cannot read {path} as an ONNX model: {_first_line(error)}") from None
-    if not model.graph.node or not model.graph.output:
-        # An empty or unrelated file can parse as an empty ModelProto.
-        raise UsageError(f"{path} is not an ONNX model (no graph nodes or outputs)")
+        model, _ = backend.load_model(path)
+    except (PoolfoldError, OSError) as error:
+        raise UsageError(f"{path}: {_first_line(error)}") from None
     if args.repeat < 1:
         raise UsageError(f"--repeat takes a positive count, got {args.repeat}")
     declared = _declared_inputs(model)
