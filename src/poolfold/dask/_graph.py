@@ -13,6 +13,7 @@ from dask.highlevelgraph import HighLevelGraph
 from dask.base import tokenize  # noqa: F401  (the op modules name their layers with it)
 
 from ..errors import PoolfoldError, PoolfoldTypeError
+from ..ops._common import byte_swapped, check_rank
 from ..schema import OpVersion
 
 
@@ -32,13 +33,9 @@ def as_dask(spec: OpVersion, value, name: str, min_rank: int = 3) -> da.Array:
                 f"{spec.label}: input '{name}' is not convertible to an array: {error}"
             ) from None
     spec.check_type(value.dtype, name)
-    if value.dtype.byteorder not in "=|" and value.dtype.kind not in "OUS":
+    if byte_swapped(value.dtype):
         value = value.astype(value.dtype.newbyteorder("="))  # kernels read native values
-    if value.ndim < min_rank:
-        raise PoolfoldError(
-            f"{spec.label}: input '{name}' must have rank >= {min_rank} "
-            f"(N, C and at least one spatial axis), got shape {value.shape}"
-        )
+    check_rank(spec, value.shape, name, min_rank)
     if any(np.isnan(n) for n in value.shape):
         raise PoolfoldError(
             f"{spec.label}: input '{name}' has unknown chunk sizes {value.chunks}; "

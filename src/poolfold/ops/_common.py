@@ -30,18 +30,28 @@ def as_tensor(spec: OpVersion, value, name: str, min_rank: int = 3) -> np.ndarra
             _ACCEPTED_TYPES.clear()
         _ACCEPTED_TYPES[accepted] = spec  # holding the row keeps its id from being reused
     value = native(value)
-    if value.ndim < min_rank:
+    check_rank(spec, value.shape, name, min_rank)
+    return value
+
+
+def check_rank(spec: OpVersion, shape: tuple, name: str, min_rank: int = 3) -> None:
+    """Refuse an input of rank below ``min_rank``: in-memory and chunked inputs alike."""
+    if len(shape) < min_rank:
         raise PoolfoldError(
             f"{spec.label}: input '{name}' must have rank >= {min_rank} "
-            f"(N, C and at least one spatial axis), got shape {value.shape}"
+            f"(N, C and at least one spatial axis), got shape {shape}"
         )
-    return value
+
+
+def byte_swapped(dtype: np.dtype) -> bool:
+    """Whether values of ``dtype`` must be put in the machine's byte order for the kernels."""
+    return dtype.byteorder not in "=|" and dtype.kind not in "OUS"
 
 
 def native(array: np.ndarray) -> np.ndarray:
     """``array`` in the machine's byte order (kernels read native values): a copy only for
     byte-swapped input."""
-    if array.dtype.byteorder not in "=|" and array.dtype.kind not in "OUS":
+    if byte_swapped(array.dtype):
         return array.astype(array.dtype.newbyteorder("="))
     return array
 
