@@ -1,7 +1,7 @@
-"""The separable MaxPool kernel compiled in a child process while the direct scan stands in
-(poolfold.kernels.background): the first call with an empty numba cache answers from the
-stand-in, a later call loads the compiled kernel from the cache, both exact; the switch off
-compiles in the process; and the queue of compiles, one child at a time."""
+"""The MaxPool passes kernel (max_passes) compiled in a child process while the direct scan
+stands in (poolfold.kernels.background): the first call with an empty numba cache answers
+from the stand-in, a later call loads the compiled kernel from the cache, both exact; the
+switch off compiles in the process; and the queue of compiles, one child at a time."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ _CHILD = textwrap.dedent("""
     import numpy as np
     import poolfold
     from poolfold.kernels import background
-    from poolfold.kernels.window_max import window_max_separable
+    from poolfold.kernels.max_passes import max_passes
 
     x = np.load(sys.argv[1])
     pool = json.loads(sys.argv[2])
@@ -37,8 +37,8 @@ _CHILD = textwrap.dedent("""
             report["waited"] = background.wait(timeout=600)
         results.append(poolfold.max_pool(x, pool["kernel_shape"], strides=pool["strides"],
                                          pads=pool["pads"], return_indices=True))
-        report["stand_in"].append(len(window_max_separable.overloads) == 0)
-    stats = window_max_separable.stats
+        report["stand_in"].append(len(max_passes.overloads) == 0)
+    stats = max_passes.stats
     report["cache_hits"] = sum(stats.cache_hits.values())
     report["cache_misses"] = sum(stats.cache_misses.values())
     np.savez(sys.argv[3], *[a for pair in results for a in pair])
@@ -72,7 +72,7 @@ def test_the_direct_scan_stands_in_until_the_child_has_compiled(tmp_path):
     cache = tmp_path / "numba-cache"
     report, arrays = _run_child(tmp_path, cache, x, "1")
     # The first two calls ran the direct scan; once the child was done, the calls loaded the
-    # separable kernel from numba's cache, never compiling it in this process.
+    # passes kernel from numba's cache, never compiling it in this process.
     assert report["stand_in"] == [True, True, False, False]
     assert report["waited"] is True
     assert report["cache_hits"] == 1 and report["cache_misses"] == 0

@@ -253,8 +253,10 @@ def test_nhwc_max_pool_matches_oracle(case):
 ])
 def test_nhwc_max_pool_separable_path(monkeypatch, dtype, storage_order, dims, kernel, strides,
                                       pads):
-    """Small tensors take the direct scan; force the separable passes (slabs of two output
-    rows) to check the channel axis riding along them, the NCHW Indices and the activation."""
+    """Force the older separable passes on NCHW-style planes (slabs of two output rows) to
+    check the channel axis riding along them, the NCHW Indices and the activation."""
+    from poolfold.ops.max_pool import forced_kernel
+
     monkeypatch.setattr(nhwc_module, "pool_planes",
                         functools.partial(nhwc_module.pool_planes, slab_rows=2))
     rng = np.random.default_rng(7)
@@ -262,9 +264,11 @@ def test_nhwc_max_pool_separable_path(monkeypatch, dtype, storage_order, dims, k
     x.reshape(-1)[[3, 40, 41]] = np.nan
     want_y, want_i = oracle.max_pool(x, kernel, strides=strides, pads=pads,
                                      storage_order=storage_order)
-    y, indices = poolfold.nhwc.max_pool(to_nhwc(x), kernel, strides=strides, pads=pads,
-                                        storage_order=storage_order, return_indices=True,
-                                        activation="LeakyRelu", activation_params=[0.5])
+    with forced_kernel("separable") as override:
+        y, indices = poolfold.nhwc.max_pool(to_nhwc(x), kernel, strides=strides, pads=pads,
+                                            storage_order=storage_order, return_indices=True,
+                                            activation="LeakyRelu", activation_params=[0.5])
+    assert override.ran == ["separable"]
     np.testing.assert_array_equal(indices, want_i)
     assert_matches(y, to_nhwc(activation_reference(want_y, "LeakyRelu", [0.5])), x.dtype,
                    "LeakyRelu")

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, row_major_strides, window_plan
-from ..kernels import background, kernel_threads, launch_split, split_parts
+from ..kernels import (PIECES_PER_THREAD, background, kernel_threads, launch_split,
+                       split_parts)
+from ..kernels.max_passes import (AXIS_ROWS, CHANNELS, COLUMN_MAJOR, ITEMS_PER_PLANE,
+                                  LANE_CAPACITY, LANE_OUTPUTS, LANES, LAST_MODE,
+                                  PLANES_PER_ITEM, ROWS_PER_ITEM, RUN_CAPACITY, SETUP_SIZE,
+                                  SHIFTED, STAGE_CAPACITY, VAN_HERK, WORDS, max_passes)
 from ..kernels.window_max import window_max, window_max_separable, window_max_tiles
 from ..kernels.words import has_words, word_type, words_view
-from ..memory import allocate, check_size
+from ..memory import allocate, check_size, check_table
 from ._common import as_tensor, flag
 
 
@@ -120,7 +127,7 @@ def prepare(spec, x, kernel_shape, *, strides=None, pads=None, dilations=None,
     x = as_tensor(spec, x, "X")
     plan = resolve_plan(spec, x.shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
     return x, _pool_launch(spec.label, x.shape[:2], x.dtype, plan, return_indices,
-                           storage_order, -1, kernel_threads())
+                           storage_order, _forced(), -1, kernel_threads())
 
 
 @functools.lru_cache(maxsize=512)
@@ -225,26 +232,271 @@ def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_byte
     return min(fitting, out[0]) if fitting >= 1 else None
 
 
+# The kernels MaxPool chooses from (:func:`choose_kernel`), by the names tests force them by.
+TILES, PASSES, SEPARABLE, DIRECT = "tiles", "passes", "separable", "direct"
+KERNELS = (TILES, PASSES, SEPARABLE, DIRECT)
+
+
+@functools.lru_cache(maxsize=512)
+def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
+                  forced: str | None = None) -> tuple[str, str]:
+    """The kernel that pools ``plan`` over elements of ``itemsize`` bytes, and why.
+
+    - ``tiles`` (``window_max_tiles``): 2x2(x2) windows at stride 2 that tile the input, row
+      -major Indices: one fused pass reading pairs of elements as words.
+    - ``direct`` (``window_max``): a 0-size axis (every window is empty), or windows that skip
+      most of the input (a 1x1 window at stride 4, say), where visiting each output's own
+      taps beats passes over every input position (:func:`_passes_cost`).
+    - ``separable`` (``window_max_separable``): the few short windows it was measured to
+      pool faster than ``max_passes`` (:func:`_separable_wins`).
+    - ``passes`` (``max_passes``): everything else, one axis at a time, long windows by van
+      Herk / Gil-Werman runs.
+
+    ``forced`` (tests, :func:`forced_kernel`) picks a kernel if it can pool the plan, else
+    the choice falls back to the rules above and says so."""
+    prefix = ""
+    if forced is not None:
+        refusal = _cannot_run(forced, plan, itemsize, storage_order)
+        if refusal is None:
+            return forced, f"forced: {forced}"
+        prefix = f"forced {forced} refused ({refusal}); "
+    if min(plan.in_shape) == 0:
+        return DIRECT, prefix + "a 0-size axis: every window is empty"
+    if storage_order == 0 and tiles_fit(plan, itemsize):
+        return TILES, prefix + "2x2 windows tiling the input, at stride 2"
+    passes, direct = _passes_cost(plan)
+    if direct <= passes:
+        return DIRECT, prefix + f"windows skip most of the input ({direct:.3g} < {passes:.3g})"
+    if _separable_wins(plan, itemsize) and separable_staging(plan, itemsize) is not None:
+        return SEPARABLE, prefix + "short windows the older separable passes do faster"
+    return PASSES, prefix + "separable passes"
+
+
+def _separable_wins(plan: WindowPlan, itemsize: int) -> bool:
+    """Where the older separable kernel (``window_max_separable``) was measured faster than
+    ``max_passes``: windows of at most three taps along the last axis, no long window
+    elsewhere, and a last axis that ``max_passes`` would read through lanes (a stride above
+    2, or 8-byte elements at stride 2), or float16 / bfloat16 words at stride 2 (one thread,
+    3x3 windows: 0.72 against 0.97 ms at stride 3, float32; 2.7 against 4.8 ms at stride 2,
+    float16).  Longer windows go to ``max_passes`` (8x8 at stride 8: 21 against 72 ms)."""
+    last = plan.rank - 1
+    stride = plan.strides[last]
+    if plan.kernel[last] > 3 or any(_van_herk(k, s) for k, s in zip(plan.kernel,
+                                                                    plan.strides)):
+        return False
+    if stride > 2 or (stride == 2 and not has_words(itemsize)):
+        return True
+    return stride == 2 and itemsize == 2
+
+
+def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int):
+    """Why ``kernel`` cannot pool ``plan``, or None when it can."""
+    if kernel not in KERNELS:
+        return f"no kernel named {kernel!r}; the kernels are {', '.join(KERNELS)}"
+    if kernel == TILES and not (storage_order == 0 and tiles_fit(plan, itemsize)):
+        return "the windows do not tile the input (or storage_order 1)"
+    if kernel in (PASSES, SEPARABLE) and min(plan.in_shape) == 0:
+        return "a 0-size axis"
+    if kernel == SEPARABLE and separable_staging(plan, itemsize) is None:
+        return "the separable passes cannot stage this plan"
+    return None
+
+
+def _passes_cost(plan: WindowPlan) -> tuple[float, float]:
+    """Rough costs, in vectorised element visits, of the separable passes and of the direct
+    scan.  The passes visit each input position once per tap of each axis (about three for a
+    van Herk axis, whatever its window) in vectorised loops; a direct scan visits each output's
+    whole window, one tap at a time (about 8x dearer per visit, measured), after about four
+    taps' worth of work finding it."""
+    vectorised = 8
+    per_output = 4
+    size, outputs = math.prod(plan.in_shape), math.prod(plan.out_shape)
+    passes = outputs
+    for k, s in zip(plan.kernel, plan.strides):
+        passes += size * (3 if _van_herk(k, s) else k) / vectorised
+    return passes, outputs * (math.prod(plan.kernel) + per_output)
+
+
+# Windows at least this long along an axis are reduced by van Herk / Gil-Werman runs (about
+# three folds per position whatever the window, and two per output) rather than tap by tap,
+# where they overlap enough (see _van_herk).  Measured, one thread, float32: 7x7 stride 1
+# took 0.65x the time with runs from 4 or 5 taps on than tap by tap; 3x3 took 4x longer with
+# runs; 8x8 at stride 8 gained nothing from them.
+VAN_HERK_KERNEL = 5
+
+
+def _van_herk(kernel: int, stride: int) -> bool:
+    """Whether an axis is reduced by van Herk runs: a long window (tap by tap, a stride-s
+    pass folds about kernel/s taps per position, runs about three) that overlaps its
+    neighbours."""
+    return kernel >= VAN_HERK_KERNEL and kernel >= 3 * stride
+
+
+# The input a work item of the separable passes covers, at most (unless one row of the first
+# axis is larger): small enough that its intermediate results stay in cache between passes.
+SLAB_BYTES = 128 * 1024
+# Rank-1 rows go through lanes (see poolfold.kernels.lanes) a lane-width of rows at a time when
+# those rows take at most this much; longer rows are cut into slabs, one row at a time.
+LANE_GROUP_BYTES = 16 * 2**20
+
+
+class PassesTables(NamedTuple):
+    """``max_passes``'s tables for one plan, plane count, type and output choice (see
+    :mod:`poolfold.kernels.max_passes` for each field); ``items`` is how many work items the
+    call is cut into."""
+
+    axes: np.ndarray
+    taps: np.ndarray
+    setup: np.ndarray
+    words: bool  # a channels-first last axis read as words (stride 2)
+    lanes: bool  # a channels-first last axis read through lanes
+    items: int
+
+
+@functools.lru_cache(maxsize=256)
+def passes_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
+                  return_indices: bool, storage_order: int, channels: int,
+                  parts: int) -> PassesTables:
+    """Compute and bound every table and scratch size of :func:`max_passes` for ``planes``
+    planes of ``channels`` elements per spatial position (1 channels-first, C channels-last),
+    cut into work items for ``parts`` threads.  The kernel reads and writes within these
+    sizes and checks none of them."""
+    rank, last = plan.rank, plan.rank - 1
+    ins, outs = plan.in_shape, plan.out_shape
+    width = 64 // itemsize  # lanes per position (poolfold.kernels.lanes.lane_count)
+    taps = plan.taps
+    axes = np.zeros((AXIS_ROWS, rank), np.int64)
+    for a in range(rank):
+        k = plan.kernel[a]
+        inside = np.flatnonzero((taps.lo[a, :outs[a]] == 0) & (taps.hi[a, :outs[a]] == k))
+        uncut = (int(inside[0]), int(inside[-1]) + 1) if inside.size else (0, 0)
+        axes[:, a] = (ins[a], outs[a], k, plan.strides[a], plan.dilations[a], *uncut,
+                      _van_herk(k, plan.strides[a]))
+    van_herk = axes[VAN_HERK].astype(bool)
+    # how a channels-first last axis is read: shifted rows at stride 1, words at stride 2,
+    # lanes otherwise (and for van Herk runs, which need the rows' positions in order)
+    words = lanes = False
+    if channels == 1:
+        stride = plan.strides[last]
+        if van_herk[last] or stride > 2:
+            lanes = True
+        elif stride == 2:
+            words = has_words(itemsize) and (planes * math.prod(ins)) % 2 == 0
+            lanes = not words
+    plane_bytes = math.prod(ins) * channels * itemsize
+    per_item, rows_per_item, items_per_plane = 1, outs[0], 1
+    if rank == 1 and lanes and width * plane_bytes <= LANE_GROUP_BYTES:
+        per_item = max(1, min(planes, width))  # a lane per row
+    elif plane_bytes <= SLAB_BYTES or (rank == 1 and not lanes):
+        per_item = max(1, min(planes, SLAB_BYTES // max(plane_bytes, 1)))
+    else:  # slabs of a few output rows along the first axis of one plane
+        row_bytes = plane_bytes // ins[0]
+        span = (plan.kernel[0] - 1) * plan.dilations[0] + 1
+        rows_per_item = max(1, min(outs[0], (SLAB_BYTES // row_bytes - span) // plan.strides[0]
+                                   + 1))
+        items_per_plane = -(-outs[0] // rows_per_item)
+    if items_per_plane == 1 and parts > 1:  # enough items for every thread's pieces
+        per_item = max(1, min(per_item, -(-planes // (parts * PIECES_PER_THREAD))))
+    # the largest slab: its extent along each axis, and its outputs along the first
+    span0 = (rows_per_item - 1) * plan.strides[0] + (plan.kernel[0] - 1) * plan.dilations[0] + 1
+    extent = (min(ins[0], span0) if items_per_plane > 1 else ins[0],) + ins[1:]
+    out_rows = (rows_per_item,) + outs[1:]
+    phases = [1 if van_herk[a] else plan.strides[a] for a in range(rank)]
+    stage = run = 1
+    inner = channels
+    for a in range(last, -1, -1):
+        block = out_rows[a] * inner  # a unit's outputs of this pass
+        units = per_item * math.prod(extent[:a])
+        if a > 0:  # written in the phases of the pass over axis a - 1
+            n, p = extent[a - 1], phases[a - 1]
+            stage = max(stage, p * -(-n // p) * (units // n) * block)
+        elif channels > 1 and return_indices:  # channels-last positions, transposed after
+            stage = max(stage, units * block)
+        if van_herk[a]:
+            run = max(run, 2 * extent[a] * (width if a == last and lanes else inner))
+        inner = block
+    if channels > 1 and return_indices:  # the input's positions, for the first pass
+        stage = max(stage, per_item * math.prod(extent) * channels)
+    lane_capacity = lane_outputs = 0
+    if lanes:
+        p = phases[last]
+        lane_capacity = p * -(-extent[last] // p) * width
+        lane_outputs = out_rows[last]
+    # scratch each work item allocates, refused before any work if the machine cannot hold it
+    check_table(label, "the separable passes' scratch",
+                (2 * stage + run + lane_capacity + lane_outputs * width,),
+                np.dtype(f"V{itemsize + (8 if return_indices else 0)}"))
+    setup = np.zeros(SETUP_SIZE, np.int64)
+    setup[CHANNELS] = channels
+    setup[LAST_MODE] = LANES if lanes else WORDS if words else SHIFTED
+    setup[PLANES_PER_ITEM] = per_item
+    setup[ROWS_PER_ITEM] = rows_per_item
+    setup[ITEMS_PER_PLANE] = items_per_plane
+    setup[COLUMN_MAJOR] = storage_order == 1 and return_indices
+    setup[STAGE_CAPACITY] = stage
+    setup[RUN_CAPACITY] = run
+    setup[LANE_CAPACITY] = lane_capacity
+    setup[LANE_OUTPUTS] = lane_outputs
+    items = planes * items_per_plane if items_per_plane > 1 else -(-planes // per_item)
+    tap_table = np.stack([taps.first, taps.lo, taps.hi])
+    for array in (axes, tap_table, setup):
+        array.flags.writeable = False  # shared by every call of the plan
+    return PassesTables(axes, tap_table, setup, words, lanes, items)
+
+
+class KernelOverride:
+    """Tests only (:func:`forced_kernel`): the kernel to force, and the kernels that ran."""
+
+    def __init__(self, kernel: str):
+        self.kernel = kernel
+        self.ran: list[str] = []
+
+
+_OVERRIDE: KernelOverride | None = None
+
+
+@contextlib.contextmanager
+def forced_kernel(kernel: str):
+    """Tests only: every MaxPool inside runs on ``kernel`` (one of :data:`KERNELS`) where it
+    can pool the plan (see :func:`choose_kernel`), never a stand-in; yields the override,
+    whose ``ran`` lists the kernel each call ran.  Forced launches are cached apart from
+    chosen ones."""
+    global _OVERRIDE
+    previous, _OVERRIDE = _OVERRIDE, KernelOverride(kernel)
+    try:
+        yield _OVERRIDE
+    finally:
+        _OVERRIDE = previous
+
+
+def _forced() -> str | None:
+    return None if _OVERRIDE is None else _OVERRIDE.kernel
+
+
 def pool_planes(label: str, x: np.ndarray, plan: WindowPlan, return_indices: bool,
-                storage_order: int, slab_rows: int | None = -1):
+                storage_order: int, slab_rows: int | None = -1, kernel: str | None = None):
     """Run the kernel on a validated NCHW-style input: Y, and Indices (or None).
 
-    ``slab_rows`` -1 lets :func:`_separable_slab` choose between the kernels; tests force the
-    direct scan (None) or the separable passes with a given slab height, which are still
-    refused for a plan they cannot stage (:func:`separable_staging`)."""
+    :func:`choose_kernel` picks the kernel, unless a test forces one: ``kernel`` (or
+    :func:`forced_kernel`), or, for the older separable kernel, ``slab_rows`` (None: the
+    direct scan; n: the separable passes in slabs of n output rows)."""
+    if slab_rows != -1:
+        kernel = DIRECT if slab_rows is None else SEPARABLE
     launch = _pool_launch(label, x.shape[:2], x.dtype, plan, return_indices, storage_order,
-                          slab_rows, kernel_threads())
+                          kernel or _forced(), slab_rows, kernel_threads())
     return launch(x)
 
 
 class _PoolLaunch:
     """Everything a MaxPool call does besides touching its arrays, for one plan, (N, C),
-    type, output choice and thread count: the outputs' size check, the kernel, its tables and
-    its parts.  Built once (:func:`_pool_launch`), as a model repeats its calls: these
-    choices cost a small call more than its kernel does."""
+    type, output choice, forced kernel and thread count: the outputs' size check, the kernel
+    (:func:`choose_kernel`), its tables and its parts.  Built once (:func:`_pool_launch`), as
+    a model repeats its calls: these choices cost a small call more than its kernel does.
+    ``kernel_name`` is the kernel the last call ran (a stand-in's while the chosen kernel
+    compiles), ``reason`` why the kernel was chosen."""
 
-    def __init__(self, label, nc, dtype, plan, return_indices, storage_order, slab_rows,
-                 threads):
+    def __init__(self, label, nc, dtype, plan, return_indices, storage_order, forced,
+                 slab_rows, threads):
         self.label = label
         self.dtype = dtype
         self.out_shape = tuple(nc) + plan.out_shape
@@ -253,6 +505,9 @@ class _PoolLaunch:
             check_size(label, "Indices", self.out_shape, np.int64)
         self.return_indices = return_indices
         self.planes = nc[0] * nc[1]
+        self.forced = forced
+        self.kernel, self.reason = choose_kernel(plan, dtype.itemsize, storage_order, forced)
+        self.kernel_name = None
         taps, dims = plan.taps, plan.dims
         self.tables = (taps.first, taps.lo, taps.hi, *dims, storage_order == 1,
                        _empty_value(dtype))
@@ -260,30 +515,34 @@ class _PoolLaunch:
         work = self.planes * (in_size + out_size * (2 if return_indices else 1))
         self.parts = split_parts(self.planes, work, threads)  # one group of planes per thread
         self.dims = (dims.in_shape, dims.out_shape)
-        # Windows that tile the input: one fused pass (tests force the other kernels by
-        # giving slab_rows).
-        self.tiles = slab_rows == -1 and storage_order == 0 and tiles_fit(plan, dtype.itemsize)
-        self.separable = None
-        self.separable_ready = False  # known to run without compiling (see _separable_ready)
-        self.stand_in = slab_rows == -1  # the direct scan may stand in while it compiles
-        if not self.tiles:
-            item_bytes = dtype.itemsize + (8 if return_indices else 0)
-            if slab_rows == -1:
-                slab_rows = _separable_slab(plan, item_bytes, self.parts,
-                                            self.planes * out_size * item_bytes)
-            # None: the direct scan (whatever chose the passes, they cannot stage this plan)
-            staging = separable_staging(plan, dtype.itemsize) if slab_rows is not None else None
-            self.separable = None if staging is None else (slab_rows, *staging)
-        # The direct scan's tables (a plane's strides, a whole window's tap offsets), for
-        # every plan the tiling kernel does not take: the direct scan may stand in for the
-        # separable passes.
-        self.direct = None if self.tiles else (row_major_strides(plan.in_shape),
-                                               plan.window_offsets)
+        self.ready = False  # the chosen kernel known to run without compiling (see _ready)
+        self.stand_in = forced is None  # the direct scan may stand in while it compiles
         self.value_type = dtypes.value_view(np.empty(0, dtype)).dtype
+        self.passes = None
+        self.separable = None
+        if self.kernel == PASSES and self.planes > 0:
+            self.passes = passes_tables(label, plan, self.planes, dtype.itemsize,
+                                        return_indices, storage_order, 1, self.parts)
+            # slabs of large planes: as many parts as the work allows, even for one plane
+            self.parts = split_parts(self.passes.items, work, threads)
+            self.words = word_type(dtype.itemsize) if self.passes.words else None
+            # what the kernel takes for words it does not read (the type it compiles for)
+            self.no_words = words_view(np.empty((0, 1), self.value_type)).reshape(-1)
+        elif self.kernel == SEPARABLE:
+            if slab_rows is None or slab_rows == -1:
+                item_bytes = dtype.itemsize + (8 if return_indices else 0)
+                slab_rows = _separable_slab(plan, item_bytes, self.parts,
+                                            self.planes * out_size * item_bytes) or 1
+            self.separable = (slab_rows, *separable_staging(plan, dtype.itemsize))
+        # The direct scan's tables (a plane's strides, a whole window's tap offsets): the
+        # direct scan may stand in for a kernel still compiling.
+        self.direct = None if self.kernel == TILES else (row_major_strides(plan.in_shape),
+                                                         plan.window_offsets)
         # The tiling kernel reads a plane's pairs as words: its planes always pair (an even
         # last dim), so the view needs none of words_view's checks (a small call's
         # microsecond).
-        self.words = word_type(dtype.itemsize) if self.tiles else None
+        if self.kernel == TILES:
+            self.words = word_type(dtype.itemsize)
 
     def __call__(self, x: np.ndarray):
         y = allocate(self.label, "Y", self.out_shape, self.dtype, size_checked=True)
@@ -295,34 +554,125 @@ class _PoolLaunch:
         xs = np.ascontiguousarray(x).reshape(planes, -1).view(self.value_type)
         index_rows = indices.reshape(planes, -1) if indices is not None else None
         ys = y.reshape(planes, -1).view(self.value_type)
-        if self.tiles:
+        kernel = self.kernel
+        if kernel == TILES:
             launch_split(window_max_tiles, planes, xs, ys, index_rows, *self.dims,
                          xs.view(self.words), parts=self.parts)
-            return y, indices
-        arguments = (xs, ys, index_rows, *self.tables)  # index_rows None: no index code
-        if self.separable is not None:
-            separable = (*arguments, *self.separable, words_view(xs))
-            if self.separable_ready or self._separable_ready(separable):
-                launch_split(window_max_separable, planes, *separable, parts=self.parts)
-                return y, indices
-        launch_split(window_max, planes, *arguments, *self.direct,
-                     np.empty((planes, 2, len(self.dims[0])), np.int64), parts=self.parts)
-        if self.separable is not None:
-            background.start_queued()  # the separable kernel's compile, once this call is done
+        elif kernel == PASSES:
+            tables = self.passes
+            words = xs.reshape(-1).view(self.words) if tables.words else self.no_words
+            arguments = (xs, ys, index_rows, words, tables.axes, tables.taps, tables.setup,
+                         self.tables[-1])
+            if self.ready or self._ready(max_passes, arguments):
+                launch_split(max_passes, tables.items, *arguments, parts=self.parts)
+            else:
+                kernel = self._stand_in(xs, ys, index_rows)
+        elif kernel == SEPARABLE:
+            arguments = (xs, ys, index_rows, *self.tables, *self.separable, words_view(xs))
+            if self.ready or self._ready(window_max_separable, arguments):
+                launch_split(window_max_separable, planes, *arguments, parts=self.parts)
+            else:
+                kernel = self._stand_in(xs, ys, index_rows)
+        else:
+            self._direct(xs, ys, index_rows)
+        self.kernel_name = kernel
+        if self.forced is not None and _OVERRIDE is not None:
+            _OVERRIDE.ran.append(kernel)
         return y, indices
 
-    def _separable_ready(self, arguments) -> bool:
-        """Whether the separable kernel can run without compiling here: if it cannot, the
-        direct scan, which compiles in a third of the time, stands in while a child process
-        compiles it into numba's cache (:mod:`poolfold.kernels.background`).  A plan whose
-        kernel a test forced (``slab_rows``) always runs on it."""
-        self.separable_ready = not self.stand_in or background.ready(
-            window_max_separable, (*arguments, 0, 0))  # + the planes' [start, stop)
-        return self.separable_ready
+    def _direct(self, xs, ys, index_rows):
+        launch_split(window_max, self.planes, xs, ys, index_rows, *self.tables, *self.direct,
+                     np.empty((self.planes, 2, len(self.dims[0])), np.int64), parts=self.parts)
+
+    def _stand_in(self, xs, ys, index_rows) -> str:
+        """The direct scan, which compiles in a fraction of the time, answers while a child
+        process compiles the chosen kernel (:mod:`poolfold.kernels.background`)."""
+        self._direct(xs, ys, index_rows)
+        background.start_queued()  # the chosen kernel's compile, once this call is done
+        return DIRECT
+
+    def _ready(self, kernel, arguments) -> bool:
+        """Whether ``kernel`` can run without compiling here: if it cannot, its compile is
+        queued for a child process and the direct scan stands in (:meth:`_stand_in`).  A
+        kernel a test forced always runs."""
+        self.ready = not self.stand_in or background.ready(
+            kernel, (*arguments, 0, 0))  # + the work items' [start, stop)
+        return self.ready
 
 
 # A model's calls repeat; each entry holds only references to its plan's cached tables.
 _pool_launch = functools.lru_cache(maxsize=256)(_PoolLaunch)
+
+
+def pool_channels_last(label: str, x: np.ndarray, plan: WindowPlan, return_indices: bool,
+                       storage_order: int):
+    """Pool a validated channels-last ``(N, D1..Dr, C)`` input with the separable passes,
+    the channels riding along as each position's contiguous run: ``(Y, Indices or None)``,
+    Y channels-last and Indices NCHW (shape and values).  None where the passes do not take
+    the call (:func:`choose_kernel` picks the direct scan, a test forces another kernel, an
+    empty tensor) or are still compiling: the caller pools it as NCHW-style planes."""
+    launch = _channels_last_launch(label, x.shape[0], x.shape[-1], x.dtype, plan,
+                                   return_indices, storage_order, _forced(), kernel_threads())
+    return launch(x) if launch.native else None
+
+
+class _ChannelsLastLaunch:
+    """:class:`_PoolLaunch` for :func:`pool_channels_last`: ``max_passes``'s tables for N
+    planes of C elements per position, or ``native`` False."""
+
+    def __init__(self, label, n, c, dtype, plan, return_indices, storage_order, forced,
+                 threads):
+        kernel, self.reason = choose_kernel(plan, dtype.itemsize, storage_order, forced)
+        wanted = forced == PASSES if forced is not None else kernel != DIRECT
+        self.native = wanted and kernel != DIRECT and n * c > 0
+        if not self.native:
+            return
+        self.label = label
+        self.dtype = dtype
+        self.forced = forced
+        self.kernel_name = None
+        self.out_shape = (n,) + plan.out_shape + (c,)
+        self.index_shape = (n, c) + plan.out_shape
+        check_size(label, "Y", self.out_shape, dtype)
+        if return_indices:
+            check_size(label, "Indices", self.index_shape, np.int64)
+        self.return_indices = return_indices
+        self.n = n
+        in_size, out_size = math.prod(plan.in_shape), math.prod(plan.out_shape)
+        work = n * c * (in_size + out_size * (2 if return_indices else 1))
+        self.tables = passes_tables(label, plan, n, dtype.itemsize, return_indices,
+                                    storage_order, c, split_parts(n, work, threads))
+        self.parts = split_parts(self.tables.items, work, threads)
+        self.value_type = dtypes.value_view(np.empty(0, dtype)).dtype
+        self.no_words = words_view(np.empty((0, 1), self.value_type)).reshape(-1)
+        self.empty_value = _empty_value(dtype)
+        self.ready = False
+        self.stand_in = forced is None
+
+    def __call__(self, x: np.ndarray):
+        y = allocate(self.label, "Y", self.out_shape, self.dtype, size_checked=True)
+        indices = allocate(self.label, "Indices", self.index_shape, np.int64,
+                           size_checked=True) if self.return_indices else None
+        n = self.n
+        xs = np.ascontiguousarray(x).reshape(n, -1).view(self.value_type)
+        tables = self.tables
+        # C = 1 is channels-first: its last axis may be read as words
+        words = xs.reshape(-1).view(self.no_words.dtype) if tables.words else self.no_words
+        arguments = (xs, y.reshape(n, -1).view(self.value_type),
+                     None if indices is None else indices.reshape(n, -1), words,
+                     tables.axes, tables.taps, tables.setup, self.empty_value)
+        if not self.ready:
+            self.ready = not self.stand_in or background.ready(max_passes, (*arguments, 0, 0))
+            if not self.ready:
+                return None  # the NCHW-style planes' launch stands in and starts the compile
+        launch_split(max_passes, tables.items, *arguments, parts=self.parts)
+        self.kernel_name = PASSES
+        if self.forced is not None and _OVERRIDE is not None:
+            _OVERRIDE.ran.append(PASSES)
+        return y, indices
+
+
+_channels_last_launch = functools.lru_cache(maxsize=256)(_ChannelsLastLaunch)
 
 
 @functools.lru_cache(maxsize=64)

@@ -19,7 +19,7 @@ from ..kernels.activation import IDENTITY, activate_in_place
 from ..kernels.channels_last import nchw_indices
 from ..memory import allocate
 from ._common import as_tensor
-from .max_pool import check_index_request, pool_planes, resolve_plan
+from .max_pool import check_index_request, pool_channels_last, pool_planes, resolve_plan
 from .max_unpool import resolve_indices, unpool_planes
 
 
@@ -70,22 +70,32 @@ def max_pool(
     nchw = _nchw_shape(x.shape)
     plan = resolve_plan(spec, nchw, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
     n, c = nchw[:2]
-    # Each sample is one plane with C as a last axis pooled by windows of one: the NCHW
-    # kernels, reading C-long contiguous runs, and Y comes out channels-last.
-    y, recorded = pool_planes(spec.label, x.reshape((n, 1) + x.shape[1:]), _with_channels(plan, c),
-                              return_indices, 0)
-    y = y.reshape((n,) + plan.out_shape + (c,))
-    indices = None
-    if return_indices:
-        indices = allocate(spec.label, "Indices", (n, c) + plan.out_shape, np.int64)
-        if indices.size:
-            launch_split(nchw_indices, n * c, recorded.reshape(n, -1, c),
-                         indices.reshape(n, c, -1), plan.dims.in_shape, storage_order == 1,
-                         work=2 * indices.size)
+    pooled = pool_channels_last(spec.label, x, plan, return_indices, storage_order)
+    if pooled is not None:  # the separable passes, the channels riding along
+        y, indices = pooled
+    else:
+        y, indices = _pool_as_planes(spec.label, x, plan, return_indices, storage_order)
     if act.code != IDENTITY and y.size:
         launch_split(activate_in_place, y.size, dtypes.bits_view(y).reshape(-1), act.code,
                      act.params, act.table, work=y.size)
     return (y, indices) if return_indices else y
+
+
+def _pool_as_planes(label, x, plan, return_indices, storage_order):
+    """Each sample as one plane with C as a last axis pooled by windows of one: the NCHW
+    kernels, reading C-long contiguous runs; Y comes out channels-last, Indices NCHW."""
+    n, c = x.shape[0], x.shape[-1]
+    y, recorded = pool_planes(label, x.reshape((n, 1) + x.shape[1:]), _with_channels(plan, c),
+                              return_indices, 0)
+    y = y.reshape((n,) + plan.out_shape + (c,))
+    indices = None
+    if return_indices:
+        indices = allocate(label, "Indices", (n, c) + plan.out_shape, np.int64)
+        if indices.size:
+            launch_split(nchw_indices, n * c, recorded.reshape(n, -1, c),
+                         indices.reshape(n, c, -1), plan.dims.in_shape, storage_order == 1,
+                         work=2 * indices.size)
+    return y, indices
 
 
 def max_unpool(

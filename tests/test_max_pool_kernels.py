@@ -1,0 +1,246 @@
+"""Each MaxPool kernel, forced, against the oracle bit for bit, and the kernel that ran asserted.
+
+``poolfold.ops.max_pool.choose_kernel`` picks one kernel per plan; tests force each in turn
+(``forced_kernel``) on hypothesis-drawn and hand-picked calls: ranks 1-4, short and long
+windows, strides, dilations, pads up to and beyond the window (empty windows), ceil_mode,
+SAME / VALID, every pooling type, NaN and ties, both storage orders, with and without Indices,
+channels-first and channels-last.  The separable passes also run with their slabs and van Herk
+threshold shrunk (``tiny_slabs``), so that tiny tensors take the paths large ones do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import zlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import oracle
+import poolfold
+from poolfold.ops import max_pool as max_pool_module
+from poolfold.ops.max_pool import DIRECT, PASSES, SEPARABLE, TILES, forced_kernel
+
+DTYPES = [np.dtype(t) for t in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16,
+                                np.int8, np.uint8)]
+# Kernels that pool any plan with no 0-size axis (the tiling and older separable kernels take
+# only some: tested where they apply, below and in test_window_kernels.py).
+GENERAL = [PASSES, DIRECT]
+
+
+@contextlib.contextmanager
+def tiny_slabs(slab_bytes=64):
+    """The separable passes cut every plane into slabs of a row or two and reduce every window
+    of two taps or more by van Herk runs, whatever the stride: the launches and tables built
+    meanwhile are dropped on both sides, so nothing leaks into other tests."""
+    module = max_pool_module
+    saved = module.SLAB_BYTES, module._van_herk
+    caches = (module.passes_tables, module._pool_launch, module.choose_kernel)
+    for cache in caches:
+        cache.cache_clear()
+    module.SLAB_BYTES, module._van_herk = slab_bytes, lambda kernel, stride: kernel >= 2
+    try:
+        yield
+    finally:
+        module.SLAB_BYTES, module._van_herk = saved
+        for cache in caches:
+            cache.cache_clear()
+
+
+def values(rng, shape, dtype, nan_rate=0.05):
+    """Small integers (many ties), some NaN for floating types."""
+    x = rng.integers(-3, 4, shape)
+    if dtype.kind in "iu":
+        return x.astype(dtype)
+    x = x.astype(np.float64)
+    x[rng.random(shape) < nan_rate] = np.nan
+    x[rng.random(shape) < 0.05] = -0.0
+    return x.astype(dtype)
+
+
+def same_bits(a, b):
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def run_forced(kernel, x, kernel_shape, channels_last=False, **attributes):
+    """(Y, Indices or None) from ``kernel`` forced, asserting it is the kernel that ran."""
+    call = poolfold.nhwc.max_pool if channels_last else poolfold.max_pool
+    with forced_kernel(kernel) as override:
+        result = call(x, kernel_shape, **attributes)
+    assert override.ran == [kernel], (kernel, override.ran)
+    return result if attributes.get("return_indices") else (result, None)
+
+
+def check(kernel, x, kernel_shape, channels_last=False, **attributes):
+    """``kernel`` forced against the oracle, with and without Indices (an NCHW ``x``: moved
+    to channels-last for ``channels_last``; the nhwc MaxPool takes no bfloat16: not run)."""
+    if channels_last and x.dtype == ml_dtypes.bfloat16:
+        return
+    want_y, want_i = oracle.max_pool(
+        x, kernel_shape, strides=attributes.get("strides"), pads=attributes.get("pads"),
+        dilations=attributes.get("dilations"), auto_pad=attributes.get("auto_pad", "NOTSET"),
+        ceil_mode=attributes.get("ceil_mode", False),
+        storage_order=attributes.get("storage_order", 0))
+    given_x = np.moveaxis(x, 1, -1).copy() if channels_last else x
+    for return_indices in (True, False):
+        y, i = run_forced(kernel, given_x, kernel_shape, channels_last,
+                          return_indices=return_indices, **attributes)
+        if channels_last:
+            y = np.moveaxis(y, -1, 1)
+        assert same_bits(y, want_y), (kernel, return_indices, y, want_y)
+        if return_indices:
+            np.testing.assert_array_equal(i, want_i)
+
+
+@st.composite
+def calls(draw, max_rank=4):
+    """An NCHW input and MaxPool attributes whose oracle run stays cheap."""
+    rank = draw(st.integers(1, max_rank))
+    max_dim, max_k = {1: (24, 9), 2: (9, 5), 3: (5, 3), 4: (4, 2)}[rank]
+    spatial = [draw(st.integers(1, max_dim)) for _ in range(rank)]
+    kernel = [draw(st.integers(1, max_k)) for _ in range(rank)]
+    strides = [draw(st.sampled_from([1, 1, 2, 3, k])) for k in kernel]
+    dilations = [draw(st.integers(1, 3)) for _ in range(rank)]
+    spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    auto_pad = draw(st.sampled_from(["NOTSET"] * 4 + ["SAME_UPPER", "SAME_LOWER", "VALID"]))
+    pads = None
+    if auto_pad == "NOTSET":  # up to past the window: windows of padding only
+        pads = [draw(st.integers(0, spans[a % rank] + 1)) for a in range(2 * rank)]
+    ceil_mode = draw(st.booleans())
+    outs = []
+    for a in range(rank):  # the sizes, to skip calls where no window fits
+        n, s, span = spatial[a], strides[a], spans[a]
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out = -(-n // s)
+        elif auto_pad == "VALID":
+            out = (n - span) // s + 1
+        else:
+            total = n + pads[a] + pads[a + rank] - span
+            out = (-(-total // s) if ceil_mode else total // s) + 1
+            if ceil_mode and (out - 1) * s >= n + pads[a]:
+                out -= 1
+        outs.append(out)
+    if min(outs) < 1:
+        spatial = [n + span for n, span in zip(spatial, spans)]  # then every axis fits
+        auto_pad, pads, ceil_mode = "VALID", None, False
+    dtype = draw(st.sampled_from(DTYPES))
+    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    seed = draw(st.integers(0, 2**32 - 1))
+    x = values(np.random.default_rng(seed), (n, c, *spatial), dtype)
+    return x, kernel, dict(strides=strides, dilations=dilations, pads=pads, auto_pad=auto_pad,
+                           ceil_mode=ceil_mode, storage_order=draw(st.integers(0, 1)))
+
+
+@pytest.mark.parametrize("kernel", GENERAL)
+@settings(max_examples=150)
+@given(call=calls())
+def test_forced_kernel_matches_oracle(kernel, call):
+    x, kernel_shape, attributes = call
+    check(kernel, x, kernel_shape, **attributes)
+
+
+@settings(max_examples=100)
+@given(call=calls(max_rank=3))
+def test_passes_in_tiny_slabs_match_oracle(call):
+    """Slabs of a row or two (or a few elements of a 1-D row) and van Herk runs on every
+    window of two taps or more: the paths of large planes and long windows on tiny ones."""
+    x, kernel_shape, attributes = call
+    with tiny_slabs():
+        check(PASSES, x, kernel_shape, **attributes)
+
+
+@pytest.mark.parametrize("kernel", GENERAL)
+@settings(max_examples=60)
+@given(call=calls(max_rank=3))
+def test_forced_kernel_channels_last_matches_oracle(kernel, call):
+    x, kernel_shape, attributes = call
+    check(kernel, x, kernel_shape, channels_last=True, **attributes)
+
+
+# Long 1-D windows: van Herk runs at their real threshold, cut windows at both ends.
+LONG_WINDOWS = [
+    (150, [40], dict(strides=[1])),
+    (150, [40], dict(strides=[1], pads=[39, 39])),
+    (160, [40], dict(strides=[3], pads=[5, 17], ceil_mode=True)),
+    (157, [40], dict(strides=[40])),
+    (300, [130], dict(strides=[1], auto_pad="SAME_UPPER")),
+    (300, [130], dict(strides=[2], auto_pad="SAME_LOWER")),
+    (300, [130], dict(strides=[1], dilations=[2], pads=[130, 3])),
+    (263, [130], dict(strides=[7], pads=[129, 129])),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("length, kernel_shape, attributes", LONG_WINDOWS)
+def test_long_windows_match_oracle(length, kernel_shape, attributes, dtype):
+    rng = np.random.default_rng(zlib.crc32(f"{length}-{kernel_shape}-{attributes}".encode()))
+    x = values(rng, (2, 3, length), dtype, nan_rate=0.003)
+    check(PASSES, x, kernel_shape, **attributes)
+
+
+# Hand-picked: every window length 1-9 at strides 1, 2, 3 and = kernel, with pads and
+# dilations, in 2-D (the last axis read shifted, as words, or through lanes).
+HAND_PICKED = [
+    ((2, 3, 11, 13), [k, k], dict(strides=[s, s], pads=[k // 2] * 4))
+    for k in range(1, 10) for s in (1, 2, 3)
+] + [
+    ((2, 3, 11, 13), [k, k], dict(strides=[k, k])) for k in range(1, 10)
+] + [
+    ((1, 2, 12, 10), [3, 4], dict(strides=[2, 3], dilations=[2, 3], pads=[3, 0, 5, 6])),
+    ((1, 2, 9, 10), [3, 3], dict(pads=[3, 3, 3, 3])),  # empty corner windows
+    ((1, 2, 9, 10), [3, 3], dict(strides=[2, 2], pads=[4, 5, 4, 5], ceil_mode=True)),
+    ((1, 2, 9, 10), [5, 5], dict(strides=[2, 2], auto_pad="SAME_LOWER", dilations=[2, 1])),
+    ((2, 2, 5, 6, 7), [3, 3, 3], dict(strides=[2, 2, 2], pads=[1] * 6)),
+    ((1, 2, 4, 5, 3, 4), [2, 3, 2, 2], dict(strides=[1, 2, 1, 2], pads=[0, 1, 1, 0] * 2)),
+    ((1, 3, 1, 17), [1, 9], dict(strides=[1, 1], pads=[0, 8, 0, 8])),
+]
+
+
+@pytest.mark.parametrize("kernel", GENERAL)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("shape, kernel_shape, attributes", HAND_PICKED)
+def test_hand_picked_match_oracle(shape, kernel_shape, attributes, dtype, kernel):
+    if kernel == DIRECT and math.prod(kernel_shape) > 9 and dtype.itemsize != 4:
+        pytest.skip("the direct scan's long windows: float32 is enough")
+    rng = np.random.default_rng(zlib.crc32(f"{shape}-{kernel_shape}-{attributes}".encode()))
+    x = values(rng, shape, dtype)
+    for storage_order in (0, 1):
+        check(kernel, x, kernel_shape, storage_order=storage_order, **attributes)
+    check(kernel, x, kernel_shape, channels_last=True, **attributes)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: t.name)
+def test_tiles_and_separable_forced_where_they_apply(dtype):
+    rng = np.random.default_rng(3)
+    x = values(rng, (2, 3, 8, 10), dtype)
+    if dtype.itemsize < 8:  # pairs of elements read as words
+        check(TILES, x, [2, 2], strides=[2, 2])
+    check(SEPARABLE, x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+
+
+def test_a_forced_kernel_that_cannot_pool_the_plan_falls_back_and_says_so():
+    x = np.arange(2 * 3 * 7 * 7, dtype=np.float32).reshape(2, 3, 7, 7)
+    with forced_kernel(TILES) as override:
+        poolfold.max_pool(x, [3, 3])
+    assert override.ran == [PASSES]
+    plan = max_pool_module.resolve_plan(
+        poolfold.schema.resolve("MaxPool", None), x.shape, [3, 3], None, None, None,
+        "NOTSET", False)
+    kernel, reason = max_pool_module.choose_kernel(plan, 4, 0, TILES)
+    assert kernel == PASSES and "forced tiles refused" in reason
+
+
+def test_forced_and_chosen_launches_are_cached_apart():
+    """A forced kernel never reuses the launch a plain call built, nor the other way round."""
+    x = values(np.random.default_rng(1), (1, 2, 9, 9), np.dtype(np.float32))
+    plain = poolfold.max_pool(x, [3, 3], strides=[2, 2])
+    for kernel in (DIRECT, PASSES):
+        with forced_kernel(kernel) as override:
+            forced = poolfold.max_pool(x, [3, 3], strides=[2, 2])
+        assert override.ran == [kernel]
+        assert same_bits(forced, plain)
