@@ -24,3 +24,19 @@ settings.load_profile("poolfold")
 # while a child process compiles the separable MaxPool kernel (test_background_compile.py
 # turns that on where it tests it).  Child processes the tests start inherit this.
 os.environ["POOLFOLD_BACKGROUND_COMPILE"] = "0"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Start the bounds-checked run (test_fuzz_boundscheck.py) in the background as soon as
+    it is known to be wanted, so that it compiles on the core the main run leaves idle."""
+    if any(item.name == "test_property_tests_pass_with_bounds_checking" for item in items):
+        from test_fuzz_boundscheck import start_checked_run
+
+        config.poolfold_checked_run = start_checked_run()
+
+
+def pytest_unconfigure(config):
+    """An interrupted session leaves no bounds-checked run behind."""
+    started = getattr(config, "poolfold_checked_run", None)
+    if started is not None and started[0].poll() is None:
+        started[0].kill()

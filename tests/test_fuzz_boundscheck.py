@@ -12,8 +12,10 @@ gap to fix in poolfold, not here.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -27,7 +29,14 @@ PROPERTY_TESTS = [
     "tests/test_max_pool.py::test_matches_oracle_per_rank",
     "tests/test_max_pool.py::test_matches_oracle_big_pads_and_dilations",
     "tests/test_max_pool.py::test_each_kernel_path_matches_oracle",
+    "tests/test_max_pool_kernels.py::test_forced_kernel_matches_oracle",
+    "tests/test_max_pool_kernels.py::test_passes_in_tiny_slabs_match_oracle",
+    "tests/test_max_pool_kernels.py::test_forced_kernel_channels_last_matches_oracle",
     "tests/test_window_kernels.py::test_tiling_windows_match_the_oracle",
+    "tests/test_window_kernels.py::test_direct_and_separable_kernels_match_the_oracle",
+    "tests/test_window_kernels.py::test_separable_paths_match_the_oracle",
+    "tests/test_nhwc.py::test_nhwc_max_unpool_matches_oracle",
+    "tests/test_max_unpool.py::test_inferred_shape_indices",
     "tests/test_max_unpool.py::test_without_output_shape_matches_oracle",
     "tests/test_max_unpool.py::test_with_output_shape_matches_oracle",
     "tests/test_max_unpool.py::test_round_trip",
@@ -36,23 +45,41 @@ PROPERTY_TESTS = [
 ]
 
 
-def test_property_tests_pass_with_bounds_checking(tmp_path):
+def start_checked_run() -> tuple[subprocess.Popen, Path]:
+    """The bounds-checked run as a child process and the folder of its cache and output.
+
+    conftest.py starts it as soon as pytest has collected this test: it compiles every
+    kernel again (minutes of one core), and the main run, compiling on one core too, leaves
+    the other idle until then."""
+    work = Path(tempfile.mkdtemp(prefix="poolfold-boundscheck-"))
     env = dict(os.environ)
     env.update(
         NUMBA_BOUNDSCHECK="1",
-        NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"),
+        NUMBA_CACHE_DIR=str(work / "numba-cache"),
         POOLFOLD_MAX_EXAMPLES=str(EXAMPLES),
         PYTHONPATH=os.pathsep.join(
             p for p in (str(ROOT / "src"), str(ROOT / "tests"), env.get("PYTHONPATH")) if p),
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "fuzz.few_examples", "-p",
-         "no:cacheprovider", "--hypothesis-seed=0", *PROPERTY_TESTS],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000,
-    )
-    output = result.stdout + result.stderr
+    with open(work / "output.txt", "w") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-p", "fuzz.few_examples", "-p",
+             "no:cacheprovider", "--hypothesis-seed=0", *PROPERTY_TESTS],
+            cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
+    return process, work
+
+
+def test_property_tests_pass_with_bounds_checking(request):
+    process, work = getattr(request.config, "poolfold_checked_run", None) or start_checked_run()
+    try:
+        process.wait(timeout=3000)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = (work / "output.txt").read_text()
+    shutil.rmtree(work, ignore_errors=True)
     assert "IndexError" not in output, output[-8000:]
-    assert result.returncode == 0, output[-8000:]
+    assert process.returncode == 0, output[-8000:]
     assert " passed" in output and "no tests ran" not in output, output[-2000:]
 
 
