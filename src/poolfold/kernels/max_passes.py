@@ -437,9 +437,12 @@ def max_passes(x, y, indices, words, axes, taps, setup, empty_value, start, stop
     lane_capacity = setup[LANE_CAPACITY]
     lane_space = np.empty(lane_capacity + setup[LANE_OUTPUTS] * lane_count(x), x.dtype)
     lane_space_at = _positions(indices, lane_space.size)
+    # Tap offsets held at once: a whole window's where every tap is inside (the window then
+    # fits in its axis), else an output's in-bounds taps, never more than the axis holds; a
+    # kernel far longer than its axis (2**40 taps) needs no more.
     most_taps = 1
     for a in range(rank):
-        most_taps = max(most_taps, axes[KERNEL, a])
+        most_taps = max(most_taps, min(axes[KERNEL, a], axes[IN, a]))
     starts = np.empty((3, max(most_taps, lane_count(x))), np.int64)
     # a destination per unit of any pass: the last axis's pass has the most units
     row_targets = np.empty(max(1, per_item * (plane_size // channels) // max(axes[IN, last], 1)),
