@@ -409,7 +409,9 @@ def passes_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
         units = per_item * math.prod(extent[:a])
         if a > 0:  # written in the phases of the pass over axis a - 1
             n, p = extent[a - 1], phases[a - 1]
-            stage = max(stage, p * -(-n // p) * (units // n) * block)
+            # Rows in phases: a stride beyond the axis leaves all but n phases empty, and the
+            # kernel never reaches them (a stride of 2**31 over 4 rows asked for 128 GiB).
+            stage = max(stage, min(p, n) * -(-n // p) * (units // n) * block)
         elif channels > 1 and return_indices:  # channels-last positions, transposed after
             stage = max(stage, units * block)
         if van_herk[a]:
@@ -420,7 +422,7 @@ def passes_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
     lane_capacity = lane_outputs = 0
     if lanes:
         p = phases[last]
-        lane_capacity = p * -(-extent[last] // p) * width
+        lane_capacity = min(p, extent[last]) * -(-extent[last] // p) * width
         lane_outputs = out_rows[last]
     # scratch each work item allocates, refused before any work if the machine cannot hold it
     check_table(label, "the separable passes' scratch",
