@@ -178,14 +178,14 @@ def command(args) -> int:
     from ..console import progress
     from . import report, runner
     from .peers import set_threads
-    from .workloads import BY_KEY
+    from .matrix import MATRIX_BY_KEY
+    from .workloads import BY_KEY as WORKLOAD_BY_KEY
 
-    if args.matrix:
-        from .matrix import MATRIX_BY_KEY as BY_KEY
-    keys = list(dict.fromkeys(args.workloads)) or list(BY_KEY)
-    unknown = [k for k in keys if k not in BY_KEY]
+    by_key = MATRIX_BY_KEY if args.matrix else WORKLOAD_BY_KEY
+    keys = list(dict.fromkeys(args.workloads)) or list(by_key)
+    unknown = [k for k in keys if k not in by_key]
     if unknown:
-        return _error(f"unknown workload {', '.join(unknown)} (known: {', '.join(BY_KEY)})")
+        return _error(f"unknown workload {', '.join(unknown)} (known: {', '.join(by_key)})")
     # Checked before the run, not after minutes of it.
     if (args.plot or args.markdown) and not args.timing:
         return _error("--plot and --markdown show the timing table: drop --no-timing")
@@ -207,7 +207,7 @@ def command(args) -> int:
         total = len(keys) * steps
         for i, key in enumerate(keys):
             results.append(asdict(runner.run_workload(
-                BY_KEY[key], args.repeat, args.threads,
+                by_key[key], args.repeat, args.threads,
                 lambda s, base=i * steps, key=key: progress(base + s, total, f"timing {key}"))))
         progress(total, total)  # clears the bar
     modules = {s.name: importlib.import_module(s.module) for s in sections}
