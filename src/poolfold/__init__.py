@@ -8,11 +8,15 @@
 
 from .errors import PoolfoldError, PoolfoldTypeError
 from . import nhwc
+from .ops.averaging import (average_pool, global_average_pool, global_lp_pool,
+                            global_max_pool, lp_pool)
 from .ops.col2im import col2im
 from .ops.max_pool import max_pool, max_pool_shape
 from .ops.max_unpool import max_unpool
 
 __all__ = [
-    "PoolfoldError", "PoolfoldTypeError", "col2im", "max_pool", "max_pool_shape", "max_unpool", "nhwc",
+    "PoolfoldError", "PoolfoldTypeError", "average_pool", "col2im", "global_average_pool",
+    "global_lp_pool", "global_max_pool", "lp_pool", "max_pool", "max_pool_shape", "max_unpool",
+    "nhwc",
 ]
 __version__ = "0.1.0"

@@ -151,6 +151,42 @@ COL2IM_CHANGES = (
     ),
 )
 
+# The averaging family (see "The averaging family" in docs/semantics.md).
+_POOL_WINDOW = (Attribute("auto_pad", "string", "NOTSET"), _KERNEL_SHAPE, _PADS, _STRIDES)
+
+AVERAGE_POOL_CHANGES = (
+    Change(1, add_attributes=_POOL_WINDOW, add_types=_FLOATS, outputs=("Y",), inputs=("X",)),
+    Change(7, add_attributes=(Attribute("count_include_pad", "int", 0),)),
+    Change(10, add_attributes=(Attribute("ceil_mode", "int", 0),)),
+    Change(11),  # pads may be given with auto_pad NOTSET only; no interface change
+    Change(19, add_attributes=(_DILATIONS,)),
+    Change(22, add_types=("bfloat16",)),
+)
+
+# LpPool-1 and GlobalLpPool-1 take p as a float; from version 2 it is an int.
+_P_FLOAT = Attribute("p", "float", 2.0)
+_P_INT = Attribute("p", "int", 2)
+
+LP_POOL_CHANGES = (
+    Change(1, add_attributes=_POOL_WINDOW + (_P_FLOAT,), add_types=_FLOATS, outputs=("Y",),
+           inputs=("X",)),
+    Change(2, add_attributes=(_P_INT,)),
+    Change(11),  # pads may be given with auto_pad NOTSET only; no interface change
+    Change(18, add_attributes=(Attribute("ceil_mode", "int", 0), _DILATIONS)),
+    Change(22, add_types=("bfloat16",)),
+)
+
+GLOBAL_POOL_CHANGES = (
+    Change(1, add_types=_FLOATS, outputs=("Y",), inputs=("X",)),
+    Change(22, add_types=("bfloat16",)),
+)
+
+GLOBAL_LP_POOL_CHANGES = (
+    Change(1, add_attributes=(_P_FLOAT,), add_types=_FLOATS, outputs=("Y",), inputs=("X",)),
+    Change(2, add_attributes=(_P_INT,)),
+    Change(22, add_types=("bfloat16",)),
+)
+
 # onnxruntime's channels-last domain: the ai.onnx op of the same version plus a fused
 # activation, for the versions its layout transformer produces.
 _ACTIVATION = (Attribute("activation", "string", None), Attribute("activation_params", "floats", None))
@@ -171,6 +207,23 @@ TABLE: dict[tuple[str, str], list[OpVersion]] = {
     (NHWC, "MaxUnpool"): _history(
         NHWC, "MaxUnpool", _channels_last(MAX_UNPOOL_CHANGES), versions=(9, 11)
     ),
+    (AI_ONNX, "AveragePool"): _history(AI_ONNX, "AveragePool", AVERAGE_POOL_CHANGES),
+    (AI_ONNX, "LpPool"): _history(AI_ONNX, "LpPool", LP_POOL_CHANGES),
+    (AI_ONNX, "GlobalMaxPool"): _history(AI_ONNX, "GlobalMaxPool", GLOBAL_POOL_CHANGES),
+    (AI_ONNX, "GlobalAveragePool"): _history(AI_ONNX, "GlobalAveragePool",
+                                             GLOBAL_POOL_CHANGES),
+    (AI_ONNX, "GlobalLpPool"): _history(AI_ONNX, "GlobalLpPool", GLOBAL_LP_POOL_CHANGES),
+    # onnxruntime's layout transformer gives AveragePool a fused activation; LpPool and the
+    # global pools have none there.
+    (NHWC, "AveragePool"): _history(
+        NHWC, "AveragePool", _channels_last(AVERAGE_POOL_CHANGES), versions=(7, 10, 11, 19)
+    ),
+    (NHWC, "LpPool"): _history(NHWC, "LpPool", LP_POOL_CHANGES, versions=(11, 18)),
+    (NHWC, "GlobalMaxPool"): _history(NHWC, "GlobalMaxPool", GLOBAL_POOL_CHANGES, versions=(1,)),
+    (NHWC, "GlobalAveragePool"): _history(NHWC, "GlobalAveragePool", GLOBAL_POOL_CHANGES,
+                                          versions=(1,)),
+    (NHWC, "GlobalLpPool"): _history(NHWC, "GlobalLpPool", GLOBAL_LP_POOL_CHANGES,
+                                     versions=(2,)),
 }
 
 

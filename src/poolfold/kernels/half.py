@@ -9,6 +9,7 @@ is float32's top half.
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
@@ -46,3 +47,47 @@ def _as_float32(bits):
     if bits == types.int16:
         return lambda bits: _bfloat16_bits_to_float32(bits)
     return None
+
+
+@intrinsic
+def _float32_to_float16_bits(typingctx, value):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return types.uint16(types.float32), codegen
+
+
+@intrinsic
+def _float32_bits(typingctx, value):
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.uint32(types.float32), codegen
+
+
+def narrow_to(value, bits_type):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(narrow_to)
+def _narrow_to(value, bits_type):
+    """A float64 ``value`` as the element type the kernel stores: float16 bits (``uint16``),
+    bfloat16 bits (``int16``), or float32 / float64.  Half types go through float32 (the
+    conversion numba has), so a value rounds twice: at most an ulp of T off, within the
+    averaging family's bound (docs/semantics.md)."""
+    target = getattr(bits_type, "dtype", bits_type)
+    if target == types.uint16:
+        return lambda value, bits_type: _float32_to_float16_bits(np.float32(value))
+
+    if target == types.int16:
+        def to_bfloat16(value, bits_type):
+            bits = _float32_bits(np.float32(value))
+            if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):  # NaN: keep it quiet
+                return np.int16(np.uint16((bits >> np.uint32(16)) | np.uint32(0x40)))
+            rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+            return np.int16(np.uint16(rounded >> np.uint32(16)))
+
+        return to_bfloat16
+    if target == types.float32:
+        return lambda value, bits_type: np.float32(value)
+    return lambda value, bits_type: np.float64(value)

@@ -13,6 +13,7 @@ import functools
 import numpy as np
 
 from .. import activations, dtypes, schema
+from . import averaging
 from ..geometry import WindowPlan
 from ..kernels import launch_split
 from ..kernels.activation import IDENTITY, activate_in_place
@@ -126,3 +127,45 @@ def max_unpool(
         inferred_shape_indices,
     )
     return unpool_planes(spec, x, indices, out_shape, act, channels_last=True)
+
+
+def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
+                 auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, activation=None,
+                 activation_params=None, opset=None):
+    """Channels-last AveragePool (com.ms.internal.nhwc, versions 7, 10, 11, 19): ``x`` and Y
+    are ``(N, D1, ..., Dr, C)``; the values are the ai.onnx AveragePool's, then the fused
+    ``activation`` if any.
+
+    >>> import numpy as np
+    >>> x = np.arange(8, dtype=np.float32).reshape(1, 4, 2)   # N, W, C
+    >>> average_pool(x, [2], strides=[2])[0].tolist()
+    [[1.0, 2.0], [5.0, 6.0]]
+    """
+    return averaging.nhwc_average_pool(
+        x, kernel_shape, strides=strides, pads=pads, dilations=dilations, auto_pad=auto_pad,
+        ceil_mode=ceil_mode, count_include_pad=count_include_pad, activation=activation,
+        activation_params=activation_params, opset=opset)
+
+
+def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
+            auto_pad="NOTSET", ceil_mode=0, opset=None):
+    """Channels-last LpPool (com.ms.internal.nhwc, versions 11 and 18)."""
+    return averaging.nhwc_lp_pool(x, kernel_shape, p=p, strides=strides, pads=pads,
+                                  dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode,
+                                  opset=opset)
+
+
+def global_max_pool(x, *, opset=None):
+    """Channels-last GlobalMaxPool (com.ms.internal.nhwc, version 1): Y is
+    ``(N, 1, ..., 1, C)``."""
+    return averaging.nhwc_global_pool("GlobalMaxPool", "max", x, opset)
+
+
+def global_average_pool(x, *, opset=None):
+    """Channels-last GlobalAveragePool (com.ms.internal.nhwc, version 1)."""
+    return averaging.nhwc_global_pool("GlobalAveragePool", "average", x, opset)
+
+
+def global_lp_pool(x, *, p=2, opset=None):
+    """Channels-last GlobalLpPool (com.ms.internal.nhwc, version 2)."""
+    return averaging.nhwc_global_pool("GlobalLpPool", "lp", x, opset, p)

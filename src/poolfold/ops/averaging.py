@@ -1,0 +1,379 @@
+"""The averaging family: AveragePool, LpPool, GlobalMaxPool, GlobalAveragePool, GlobalLpPool,
+every version, any spatial rank, channels-first (ai.onnx) and channels-last (nhwc) alike.
+
+Windows are MaxPool's (:func:`poolfold.ops.max_pool.resolve_plan`).  Per window, V is the
+taps inside X and P the taps inside the padded extent; the divisor of AveragePool is |V|
+(count_include_pad 0) or |P| (1), both products of per-axis counts since a window is a box.
+The kernels are in :mod:`poolfold.kernels.window_sum`; this module checks the call, builds
+and bounds their tables, and picks between the plain float64 sums and the scaled sums that
+keep LpPool clear of overflow.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import activations, dtypes, schema
+from ..errors import PoolfoldError, PoolfoldTypeError
+from ..geometry import WindowPlan
+from ..kernels import kernel_threads, launch_split, split_parts
+from ..kernels.activation import IDENTITY, activate_in_place
+from ..kernels.window_sum import (ABS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
+                                  global_max, plane_sums, scaled_plane_sums,
+                                  scaled_window_sums, window_sums)
+from ..memory import allocate, check_size, check_table
+from ._common import as_tensor, flag
+from .max_pool import resolve_plan
+
+# A float64 sum of |x| ** p for x of at most 4 bytes (float32's range: 1.4e-45 to 3.4e38)
+# stays within float64's range (4.9e-324 to 1.8e308) for p up to 7; beyond, or for float64
+# inputs, LpPool takes the scaled sums.
+PLAIN_LP_MAX_P = 7
+
+# Channels-last work items take this many channels at a time (the vectorised run of every
+# pass), fewer when one sample's intermediate results would outgrow SCRATCH_BYTES.
+CHANNEL_BLOCK = 64
+SCRATCH_BYTES = 4 * 2**20
+
+
+class Layout(NamedTuple):
+    """How an input's elements sit: ``outer`` independent groups of ``channels``-long runs
+    (NCHW: N*C groups of runs of 1; channels-last: N groups of runs of C)."""
+
+    outer: int
+    channels: int
+    spatial: tuple[int, ...]
+
+
+def _layout(shape: tuple[int, ...], channels_last: bool) -> Layout:
+    if channels_last:
+        return Layout(shape[0], shape[-1], tuple(shape[1:-1]))
+    return Layout(shape[0] * shape[1], 1, tuple(shape[2:]))
+
+
+def _nchw(shape: tuple[int, ...], channels_last: bool) -> tuple[int, ...]:
+    return (shape[0], shape[-1]) + tuple(shape[1:-1]) if channels_last else tuple(shape)
+
+
+def _output_shape(shape, out_spatial, channels_last):
+    if channels_last:
+        return (shape[0],) + tuple(out_spatial) + (shape[-1],)
+    return tuple(shape[:2]) + tuple(out_spatial)
+
+
+def check_p(spec, p) -> float:
+    """LpPool's and GlobalLpPool's p: a float > 0 in version 1, an integer >= 1 after (an
+    integral float is taken as that integer)."""
+    if isinstance(p, (bool, np.bool_)) or not isinstance(p, (int, float, np.integer, np.floating)):
+        raise PoolfoldTypeError(f"{spec.label}: attribute 'p' must be a number, got {p!r}")
+    value = float(p)
+    if spec.attributes["p"].kind == "int":
+        if not math.isfinite(value) or value != math.floor(value):
+            raise PoolfoldTypeError(
+                f"{spec.label}: attribute 'p' must be an integer in this version, got {p!r}"
+            )
+        if value < 1:
+            raise PoolfoldError(f"{spec.label}: attribute 'p' must be >= 1, got {p!r}")
+    elif not (value > 0 and math.isfinite(value)):
+        raise PoolfoldError(f"{spec.label}: attribute 'p' must be a finite number > 0, got {p!r}")
+    return value
+
+
+def resolve_count_include_pad(spec, count_include_pad) -> int:
+    spec.reject_absent("count_include_pad", bool(count_include_pad))
+    return flag(spec, "count_include_pad", count_include_pad)
+
+
+# ---------------------------------------------------------------------------------------------
+# windowed pools
+
+
+class WindowTables(NamedTuple):
+    axes: np.ndarray  # (AXIS_ROWS, rank) int64, see poolfold.kernels.window_sum
+    taps: np.ndarray  # (3, rank, width): first, lo, hi
+    divisor: np.ndarray  # float64 per output position (AveragePool), or a dummy
+
+
+# A pass runs on running sums where windows overlap this much: each output then costs two
+# reads instead of its taps (measured, one thread, float32: running sums from about six taps
+# on are no slower than adding the taps, and 63-tap windows cost about what 7-tap ones do).
+PREFIX_MIN_TAPS = 6
+
+
+@functools.lru_cache(maxsize=256)
+def window_tables(plan: WindowPlan, divisor: str | None) -> WindowTables:
+    """The kernels' tables for ``plan``: per axis (size, outputs, kernel, stride, dilation,
+    the outputs whose window is uncut, whether to use running sums), the tap table, and with
+    ``divisor`` "valid" or "padded" the per-output-position count |V| or |P| (cached: a
+    model repeats its calls; the kernels only read these tables)."""
+    taps = plan.taps
+    rank = plan.rank
+    axes = np.zeros((AXIS_ROWS, rank), np.int64)
+    counts = []
+    for a in range(rank):
+        n, k, s, d = plan.in_shape[a], plan.kernel[a], plan.strides[a], plan.dilations[a]
+        out, pb, pe = plan.out_shape[a], plan.pad_begin[a], plan.pad_end[a]
+        lo, hi = taps.lo[a, :out], taps.hi[a, :out]
+        inside = np.flatnonzero((lo == 0) & (hi == k))
+        uncut = (int(inside[0]), int(inside[-1]) + 1) if inside.size else (0, 0)
+        prefix = k >= PREFIX_MIN_TAPS and out * k > 3 * n
+        axes[:, a] = (n, out, k, s, d, *uncut, prefix)
+        if divisor == "valid":
+            counts.append(np.maximum(hi - lo, 0).astype(np.float64))
+        elif divisor == "padded":
+            # taps inside [-pb, n + pe): j from 0 (a window starts at or after -pb) up to the
+            # first past n + pe; the ceil-mode overhang beyond counts in neither V nor P
+            start = np.arange(out, dtype=np.int64) * s - pb
+            counts.append(np.minimum(k, np.maximum(0, (n + pe - start + d - 1) // d))
+                          .astype(np.float64))
+    if divisor is None:
+        table = np.zeros(1, np.float64)
+    else:
+        check_table(plan.label, "the divisor table", (math.prod(plan.out_shape),), np.float64)
+        table = np.ones(1, np.float64)
+        for count in counts:
+            table = np.multiply.outer(table, count).ravel()
+    tap_table = np.stack([taps.first, taps.lo, taps.hi])
+    for array in (axes, tap_table, table):
+        array.flags.writeable = False
+    return WindowTables(axes, tap_table, table)
+
+
+def _channel_block(plan: WindowPlan, channels: int) -> int:
+    """Channels per work item: a vector's worth at least, fewer than all when one sample's
+    intermediate results would outgrow SCRATCH_BYTES."""
+    if channels == 1:
+        return 1
+    per_channel = 8 * math.prod(plan.in_shape)
+    fitting = max(8, SCRATCH_BYTES // max(per_channel, 1))
+    return int(min(channels, CHANNEL_BLOCK, fitting))
+
+
+def _check_scratch(label, plan: WindowPlan, block: int, pairs: bool) -> None:
+    """Bound the kernels' scratch (see window_sums) before any work."""
+    largest, rows, inner = 1, math.prod(plan.in_shape), block
+    for a in range(plan.rank - 1, -1, -1):
+        rows //= plan.in_shape[a]
+        largest = max(largest, rows * plan.out_shape[a] * inner, plan.in_shape[a] * inner)
+        inner *= plan.out_shape[a]
+    check_table(label, "the window sums' scratch", (4 * largest,), np.float64)
+    if pairs:
+        check_table(label, "the scaled sums' scratch", (4 * largest,), np.float64)
+
+
+def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: bool, kind: str,
+                 count_include_pad: int = 0, p: float = 2.0) -> np.ndarray:
+    """AveragePool (``kind`` "average") or LpPool ("lp") of a validated input."""
+    layout = _layout(x.shape, channels_last)
+    out_shape = _output_shape(x.shape, plan.out_shape, channels_last)
+    check_size(label, "Y", out_shape, x.dtype)
+    y = allocate(label, "Y", out_shape, x.dtype, size_checked=True)
+    if y.size == 0:
+        return y
+    average = kind == "average"
+    divisor = ("padded" if count_include_pad else "valid") if average else None
+    tables = window_tables(plan, divisor)
+    if math.prod(plan.in_shape) == 0:  # every window empty: 0 / divisor, or LpPool's 0
+        values = (np.where(tables.divisor > 0, 0.0, np.nan) if average
+                  else np.zeros(math.prod(plan.out_shape)))
+        per_position = values.astype(x.dtype)
+        if channels_last:
+            y[...] = per_position.reshape((1,) + plan.out_shape + (1,))
+        else:
+            y[...] = per_position.reshape((1, 1) + plan.out_shape)
+        return y
+    block = _channel_block(plan, layout.channels)
+    scaled = not average and (x.dtype.itemsize > 4 or p > PLAIN_LP_MAX_P)
+    _check_scratch(label, plan, block, scaled)
+    blocks = -(-layout.channels // block)
+    items = layout.outer * blocks
+    xs = dtypes.value_view(np.ascontiguousarray(x)).reshape(layout.outer, -1)
+    ys = dtypes.value_view(y).reshape(layout.outer, -1)
+    work = x.size + y.size * 4
+    parts = split_parts(items, work, kernel_threads())
+    if scaled:
+        launch_split(scaled_window_sums, items, xs, ys, tables.axes, tables.taps,
+                     layout.channels, block, float(p), parts=parts)
+        return y
+    if average:
+        mode, transform = AVERAGE, VALUE
+    else:
+        mode, transform = ROOT, ABS if p == 1 else SQUARE if p == 2 else POWER
+    launch_split(window_sums, items, xs, ys, tables.axes, tables.taps, tables.divisor,
+                 layout.channels, block, mode, transform, float(p), x.dtype.itemsize == 8,
+                 parts=parts)
+    return y
+
+
+def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
+                 auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, opset=None):
+    """ONNX AveragePool on an ``(N, C, D1, ..., Dr)`` array, any spatial rank r >= 1.
+
+    Each output is the sum of its window's taps inside X divided by their count
+    (``count_include_pad=0``) or by the count of taps inside the padded extent (1); a
+    window with no tap inside X gives NaN with 0, and 0 with 1.  Sums are exact to float64
+    rounding and Y is rounded to X's type.  ``opset`` selects the highest AveragePool
+    version ``<=`` it (default: the latest, 22).
+
+    >>> import numpy as np
+    >>> average_pool(np.arange(4.0).reshape(1, 1, 4), [2]).tolist()
+    [[[0.5, 1.5, 2.5]]]
+    """
+    spec = schema.resolve("AveragePool", opset)
+    return _average(spec, x, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
+                    count_include_pad, channels_last=False)
+
+
+def _average(spec, x, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
+             count_include_pad, channels_last):
+    count_include_pad = resolve_count_include_pad(spec, count_include_pad)
+    x = as_tensor(spec, x, "X")
+    plan = resolve_plan(spec, _nchw(x.shape, channels_last), kernel_shape, strides, pads,
+                        dilations, auto_pad, ceil_mode)
+    return pool_windows(spec.label, x, plan, channels_last, "average", count_include_pad)
+
+
+def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
+            auto_pad="NOTSET", ceil_mode=0, opset=None):
+    """ONNX LpPool on an ``(N, C, D1, ..., Dr)`` array: ``(sum of |x| ** p over the
+    window's taps inside X) ** (1/p)``, padding adding nothing; an empty window gives 0.
+    No spurious overflow or underflow: where ``|x| ** p`` would leave the accumulator's
+    range the sums are scaled by the window's largest |x|.
+
+    >>> import numpy as np
+    >>> lp_pool(np.array([[[3.0, 4.0]]]), [2]).tolist()
+    [[[5.0]]]
+    """
+    spec = schema.resolve("LpPool", opset)
+    return _lp(spec, x, kernel_shape, p, strides, pads, dilations, auto_pad, ceil_mode,
+               channels_last=False)
+
+
+def _lp(spec, x, kernel_shape, p, strides, pads, dilations, auto_pad, ceil_mode,
+        channels_last):
+    p = check_p(spec, p)
+    x = as_tensor(spec, x, "X")
+    plan = resolve_plan(spec, _nchw(x.shape, channels_last), kernel_shape, strides, pads,
+                        dilations, auto_pad, ceil_mode)
+    return pool_windows(spec.label, x, plan, channels_last, "lp", p=p)
+
+
+# ---------------------------------------------------------------------------------------------
+# global pools
+
+
+def pool_global(label: str, x: np.ndarray, channels_last: bool, kind: str,
+                p: float = 2.0) -> np.ndarray:
+    """GlobalMaxPool ("max"), GlobalAveragePool ("average") or GlobalLpPool ("lp") of a
+    validated input: every spatial axis reduced to 1."""
+    layout = _layout(x.shape, channels_last)
+    out_shape = _output_shape(x.shape, (1,) * len(layout.spatial), channels_last)
+    y = allocate(label, "Y", out_shape, x.dtype)
+    if y.size == 0:
+        return y
+    size = math.prod(layout.spatial)
+    if size == 0:  # an empty plane: max -inf, average 0/0, Lp-norm 0
+        y[...] = {"max": -np.inf, "average": np.nan, "lp": 0.0}[kind]
+        return y
+    xs = dtypes.value_view(np.ascontiguousarray(x)).reshape(layout.outer, -1)
+    ys = dtypes.value_view(y).reshape(layout.outer, -1)
+    parts = split_parts(layout.outer, x.size, kernel_threads())
+    if kind == "max":
+        launch_split(global_max, layout.outer, xs, ys, size, layout.channels, parts=parts)
+        return y
+    scaled = kind == "lp" and (x.dtype.itemsize > 4 or p > PLAIN_LP_MAX_P)
+    if layout.channels == 1:
+        planes, outs = xs, ys.reshape(-1)
+        if scaled:
+            launch_split(scaled_plane_sums, layout.outer, planes, outs, size, float(p),
+                         parts=parts)
+        else:
+            mode, transform = _sum_mode(kind, p)
+            launch_split(plane_sums, layout.outer, planes, outs, size, mode, transform,
+                         float(p), x.dtype.itemsize == 8, parts=parts)
+        return y
+    # channels-last: one window over the positions, the channels as the vectorised run
+    plan = _whole_axis_plan(label, size)
+    block = min(layout.channels, CHANNEL_BLOCK)
+    items = layout.outer * -(-layout.channels // block)
+    parts = split_parts(items, x.size, kernel_threads())
+    tables = window_tables(plan, "valid" if kind == "average" else None)
+    if scaled:
+        launch_split(scaled_window_sums, items, xs, ys, tables.axes, tables.taps,
+                     layout.channels, block, float(p), parts=parts)
+    else:
+        mode, transform = _sum_mode(kind, p)
+        launch_split(window_sums, items, xs, ys, tables.axes, tables.taps, tables.divisor,
+                     layout.channels, block, mode, transform, float(p),
+                     x.dtype.itemsize == 8, parts=parts)
+    return y
+
+
+def _sum_mode(kind: str, p: float):
+    if kind == "average":
+        return AVERAGE, VALUE
+    return ROOT, ABS if p == 1 else SQUARE if p == 2 else POWER
+
+
+@functools.lru_cache(maxsize=64)
+def _whole_axis_plan(label: str, size: int) -> WindowPlan:
+    """One window over an axis of ``size`` positions (the spatial axes flattened)."""
+    return WindowPlan((size,), (size,), (1,), (1,), (0,), (0,), (1,), label)
+
+
+def global_max_pool(x, *, opset=None):
+    """ONNX GlobalMaxPool: the largest value of each ``(n, c)`` plane, Y of shape
+    ``(N, C, 1, ..., 1)``; NaN propagates; an empty plane gives -inf."""
+    spec = schema.resolve("GlobalMaxPool", opset)
+    return pool_global(spec.label, as_tensor(spec, x, "X"), False, "max")
+
+
+def global_average_pool(x, *, opset=None):
+    """ONNX GlobalAveragePool: the mean of each ``(n, c)`` plane, Y of shape
+    ``(N, C, 1, ..., 1)``; an empty plane gives NaN."""
+    spec = schema.resolve("GlobalAveragePool", opset)
+    return pool_global(spec.label, as_tensor(spec, x, "X"), False, "average")
+
+
+def global_lp_pool(x, *, p=2, opset=None):
+    """ONNX GlobalLpPool: ``(sum of |x| ** p) ** (1/p)`` over each ``(n, c)`` plane, Y of
+    shape ``(N, C, 1, ..., 1)``; an empty plane gives 0."""
+    spec = schema.resolve("GlobalLpPool", opset)
+    p = check_p(spec, p)
+    return pool_global(spec.label, as_tensor(spec, x, "X"), False, "lp", p)
+
+
+# ---------------------------------------------------------------------------------------------
+# channels-last (com.ms.internal.nhwc)
+
+
+def nhwc_average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
+                      auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, activation=None,
+                      activation_params=None, opset=None):
+    spec = schema.resolve("AveragePool", opset, schema.NHWC)
+    x = as_tensor(spec, x, "X")
+    act = activations.resolve(spec, activation, activation_params, x.dtype)
+    y = _average(spec, x, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
+                 count_include_pad, channels_last=True)
+    if act.code != IDENTITY and y.size:
+        launch_split(activate_in_place, y.size, dtypes.bits_view(y).reshape(-1), act.code,
+                     act.params, act.table, work=y.size)
+    return y
+
+
+def nhwc_lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
+                 auto_pad="NOTSET", ceil_mode=0, opset=None):
+    spec = schema.resolve("LpPool", opset, schema.NHWC)
+    return _lp(spec, x, kernel_shape, p, strides, pads, dilations, auto_pad, ceil_mode,
+               channels_last=True)
+
+
+def nhwc_global_pool(op: str, kind: str, x, opset, p=2.0):
+    spec = schema.resolve(op, opset, schema.NHWC)
+    if kind == "lp":
+        p = check_p(spec, p)
+    return pool_global(spec.label, as_tensor(spec, x, "X"), True, kind, p)
