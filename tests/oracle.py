@@ -13,8 +13,10 @@ semantics call an error).
 
 from __future__ import annotations
 
+import decimal
 import itertools
 import math
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -369,3 +371,277 @@ def col2im(x, image_shape, block_shape, dilations=None, pads=None, strides=None)
     if dtype.kind == "S":
         return np.array(acc.tolist(), dtype=bytes).reshape(out_shape)
     return acc
+
+
+# --------------------------------------------------------------------------
+# The averaging family: AveragePool, LpPool, GlobalMaxPool, GlobalAveragePool, GlobalLpPool
+# --------------------------------------------------------------------------
+#
+# Windows are MaxPool's (docs/semantics.md, "The averaging family"): the output size and the
+# begin pad come from _max_pool_geometry above.  Per window and axis,
+#   V = the taps inside X, [0, n);
+#   P = the taps inside the padded extent, [-pb, n + pe) (computed SAME pads count as pads);
+# taps of the ceil-mode overhang, past n + pe, are in neither.
+#
+# Each windowed oracle returns (y, info): y is float64 and holds the exact result rounded once
+# to float64 (Fraction / Decimal arithmetic, never a float accumulator); info holds, per output
+# element, |V| (``count``) and the largest finite |x| over V (``maxabs``), which the
+# contract's error bound needs (see assert_within_bound).
+
+
+class BoundInfo:
+    """Per output element: ``count`` = |V| (int64) and ``maxabs`` = max |x| over the finite
+    taps of V (float64, 0 where there are none)."""
+
+    def __init__(self, count, maxabs):
+        self.count = count
+        self.maxabs = maxabs
+
+    def transpose(self, axes):
+        return BoundInfo(self.count.transpose(axes), self.maxabs.transpose(axes))
+
+
+def _pad_end(n, k, s, d, pb, pe, auto_pad, out, begin):
+    """The end pad of one axis (the part of the padded extent past n)."""
+    if auto_pad == "NOTSET":
+        return pe
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        K = (k - 1) * d + 1
+        total = max(0, (out - 1) * s + K - n)
+        return total - begin
+    return 0  # VALID
+
+
+def _average_family_windows(spatial, kernel_shape, strides, pads, dilations, auto_pad,
+                            ceil_mode):
+    """(out_shape, windows): windows maps each output position o to (V, |P|), V the list of
+    in-X tap positions in window order."""
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    D = [int(v) for v in spatial]
+    r = len(D)
+    kernel = _ints(kernel_shape, None, r, "kernel_shape")
+    stride = _ints(strides, 1, r, "strides")
+    dilation = _ints(dilations, 1, r, "dilations")
+    pad = _ints(pads, 0, 2 * r, "pads")
+    out_shape, begins, ends = [], [], []
+    for i in range(r):
+        out, begin = _max_pool_geometry(D[i], kernel[i], stride[i], dilation[i], pad[i],
+                                        pad[r + i], auto_pad, bool(ceil_mode))
+        assert out >= 1, f"no window fits (out = {out})"
+        out_shape.append(out)
+        begins.append(begin)
+        ends.append(_pad_end(D[i], kernel[i], stride[i], dilation[i], pad[i], pad[r + i],
+                             auto_pad, out, begin))
+    windows = {}
+    for o in itertools.product(*[range(v) for v in out_shape]):
+        taps_v = []
+        count_p = 0
+        for j in itertools.product(*[range(v) for v in kernel]):
+            pos = tuple(o[i] * stride[i] - begins[i] + j[i] * dilation[i] for i in range(r))
+            if all(0 <= p < D[i] for i, p in enumerate(pos)):
+                taps_v.append(pos)
+            if all(-begins[i] <= p < D[i] + ends[i] for i, p in enumerate(pos)):
+                count_p += 1
+        windows[o] = (taps_v, count_p)
+    return tuple(out_shape), windows
+
+
+def _check_float_input(x, op):
+    x = np.asarray(x)
+    assert x.ndim >= 3, f"{op} needs rank >= 3"
+    assert x.dtype in _FLOAT_DTYPES, f"{op}: dtype {x.dtype}"
+    return x
+
+
+def _exact_mean(values, count):
+    """sum(values) / count, exact, rounded once to float64.  values are Python floats."""
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    has_pos_inf = any(v == math.inf for v in values)
+    has_neg_inf = any(v == -math.inf for v in values)
+    if has_pos_inf and has_neg_inf:
+        return math.nan  # inf + -inf
+    if has_pos_inf:
+        return math.inf
+    if has_neg_inf:
+        return -math.inf
+    if count == 0:
+        return math.nan  # 0 / 0: an empty window with count_include_pad = 0
+    total = sum((Fraction(v) for v in values), Fraction(0))
+    return float(total / count)  # Fraction -> float rounds correctly
+
+
+def _exact_lp(values, p):
+    """(sum |v|^p) ^ (1/p) to ~60 significant digits, rounded once to float64.
+
+    Scaled by the largest |v| (m): m * (sum (|v|/m)^p) ^ (1/p), in Decimal arithmetic, so no
+    intermediate leaves the range whatever the magnitudes."""
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    if any(math.isinf(v) for v in values):
+        return math.inf
+    m = max((abs(v) for v in values), default=0.0)
+    if m == 0.0:
+        return 0.0  # empty V, or only zeros
+    with decimal.localcontext() as ctx:
+        ctx.prec = 60
+        ctx.Emax = 999_999
+        ctx.Emin = -999_999
+        dm = decimal.Decimal(m)  # exact
+        dp = decimal.Decimal(p)  # exact (p is an int or a float)
+        total = sum(((decimal.Decimal(abs(v)) / dm) ** dp for v in values), decimal.Decimal(0))
+        y = dm * total ** (decimal.Decimal(1) / dp)
+        return float(y)  # correctly rounded; inf past float64's range
+
+
+def _windowed(x, op, reduce, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
+    """Apply reduce(values over V, |V|, |P|) -> float to every window."""
+    x = _check_float_input(x, op)
+    N, C = x.shape[0], x.shape[1]
+    out_shape, windows = _average_family_windows(x.shape[2:], kernel_shape, strides, pads,
+                                                 dilations, auto_pad, ceil_mode)
+    y = np.empty((N, C, *out_shape), dtype=np.float64)
+    count = np.empty((N, C, *out_shape), dtype=np.int64)
+    maxabs = np.empty((N, C, *out_shape), dtype=np.float64)
+    for n, c in itertools.product(range(N), range(C)):
+        for o, (taps_v, count_p) in windows.items():
+            values = [float(x[(n, c, *pos)]) for pos in taps_v]  # exact for every float type
+            y[(n, c, *o)] = reduce(values, len(taps_v), count_p)
+            count[(n, c, *o)] = len(taps_v)
+            maxabs[(n, c, *o)] = max((abs(v) for v in values if math.isfinite(v)),
+                                     default=0.0)
+    return y, BoundInfo(count, maxabs)
+
+
+def average_pool(x, kernel_shape, strides=None, pads=None, dilations=None, auto_pad="NOTSET",
+                 ceil_mode=0, count_include_pad=0):
+    """AveragePool: sum over V / |V| (count_include_pad 0) or / |P| (1).  Returns (y, info),
+    y the exact result as float64."""
+    assert count_include_pad in (0, 1, False, True)
+
+    def reduce(values, count_v, count_p):
+        return _exact_mean(values, count_p if count_include_pad else count_v)
+
+    return _windowed(x, "AveragePool", reduce, kernel_shape, strides, pads, dilations,
+                     auto_pad, ceil_mode)
+
+
+def lp_pool(x, kernel_shape, p=2, strides=None, pads=None, dilations=None, auto_pad="NOTSET",
+            ceil_mode=0):
+    """LpPool: (sum over V of |x|^p)^(1/p); padded taps add nothing.  Returns (y, info)."""
+    assert p > 0, "p must be > 0"
+
+    def reduce(values, count_v, count_p):
+        return _exact_lp(values, p)
+
+    return _windowed(x, "LpPool", reduce, kernel_shape, strides, pads, dilations, auto_pad,
+                     ceil_mode)
+
+
+def _global(x, op, reduce):
+    """Apply reduce(values over the whole plane) to every (n, c); Y keeps X's rank."""
+    x = _check_float_input(x, op)
+    N, C = x.shape[0], x.shape[1]
+    D = x.shape[2:]
+    out_shape = (N, C) + (1,) * len(D)
+    y = np.empty(out_shape, dtype=np.float64)
+    count = np.empty(out_shape, dtype=np.int64)
+    maxabs = np.empty(out_shape, dtype=np.float64)
+    ones = (0,) * len(D)
+    for n, c in itertools.product(range(N), range(C)):
+        values = [float(x[(n, c, *pos)]) for pos in itertools.product(*[range(v) for v in D])]
+        y[(n, c, *ones)] = reduce(values)
+        count[(n, c, *ones)] = len(values)
+        maxabs[(n, c, *ones)] = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    return y, BoundInfo(count, maxabs)
+
+
+def _max_of(values):
+    """MaxPool's rule over one window: NaN propagates, empty gives -inf."""
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    return max(values, default=-math.inf)
+
+
+def global_max_pool(x):
+    """GlobalMaxPool: y (float64; the max is exact) and info."""
+    return _global(x, "GlobalMaxPool", _max_of)
+
+
+def global_average_pool(x):
+    """GlobalAveragePool: the exact mean over the plane (NaN over a zero-size plane)."""
+    return _global(x, "GlobalAveragePool", lambda values: _exact_mean(values, len(values)))
+
+
+def global_lp_pool(x, p=2):
+    """GlobalLpPool: (sum |x|^p)^(1/p) over the plane (0 over a zero-size plane)."""
+    assert p > 0, "p must be > 0"
+    return _global(x, "GlobalLpPool", lambda values: _exact_lp(values, p))
+
+
+# The contract's comparison: |actual - exact| <= 2 ulp_T(exact) + slack, with
+#   AveragePool: slack = |V| * u * max|x over V|
+#   LpPool:      slack = (|V| + 2) * u * exact
+# u = 2^-24 for float16 / bfloat16 / float32 inputs (a float32 accumulator), 2^-53 for float64.
+# NaN must be NaN, an infinity the same infinity; an exact value past T's largest finite one
+# may also come out as the infinity of its sign.
+
+# (precision p including the implicit bit, minimum normal exponent) per type
+_FLOAT_FORMAT = {
+    np.dtype(np.float16): (11, -14),
+    np.dtype(ml_dtypes.bfloat16): (8, -126),
+    np.dtype(np.float32): (24, -126),
+    np.dtype(np.float64): (53, -1022),
+}
+
+
+def ulp(values, dtype):
+    """ulp_T of each float64 value: 2^(max(e, emin) - p + 1), e = floor(log2 |v|)."""
+    precision, emin = _FLOAT_FORMAT[np.dtype(dtype)]
+    magnitude = np.abs(np.asarray(values, dtype=np.float64))
+    _, e = np.frexp(magnitude)  # |v| = m 2^e, m in [0.5, 1)
+    exponent = np.maximum(e.astype(np.int64) - 1, emin)
+    exponent = np.where(magnitude == 0, emin, exponent)  # 0: the subnormal spacing
+    return np.ldexp(1.0, (exponent - (precision - 1)).astype(np.int32))
+
+
+def assert_within_bound(actual, exact, info, dtype, kind):
+    """Check poolfold's ``actual`` (dtype T) against the oracle's ``exact`` (float64).
+
+    kind: "average" (AveragePool, GlobalAveragePool), "lp" (LpPool, GlobalLpPool) or "max"
+    (GlobalMaxPool: exact equality)."""
+    dtype = np.dtype(dtype)
+    assert isinstance(actual, np.ndarray), type(actual)
+    assert actual.dtype == dtype, f"dtype {actual.dtype} != {dtype}"
+    assert actual.shape == exact.shape, f"shape {actual.shape} != {exact.shape}"
+    got = actual.astype(np.float64)
+    want = np.asarray(exact, dtype=np.float64)
+    u = 2.0 ** -53 if dtype == np.float64 else 2.0 ** -24
+    with np.errstate(all="ignore"):
+        if kind == "average":
+            slack = info.count * u * info.maxabs
+        elif kind == "lp":
+            slack = (info.count + 2) * u * np.abs(want)
+        elif kind == "max":
+            slack = np.zeros_like(want)
+        else:
+            raise AssertionError(f"unknown kind {kind!r}")
+        bound = (2 * ulp(want, dtype) if kind != "max" else 0.0) + slack
+        diff = np.abs(got - want)
+        finite = np.isfinite(want)
+        ok = np.where(np.isnan(want), np.isnan(got),
+                      np.where(~finite, got == want, ~np.isnan(got) & (diff <= bound)))
+        largest = float(ml_dtypes.finfo(dtype).max)  # numpy's finfo refuses bfloat16
+        past = finite & (np.abs(want) > largest) & np.isinf(got) & (np.sign(got) == np.sign(want))
+        ok = ok | past
+    if not ok.all():
+        bad = np.argwhere(~ok)
+        lines = []
+        for index in bad[:5]:
+            pos = tuple(int(v) for v in index)
+            lines.append(f"  at {pos}: got {got[pos]!r}, exact {want[pos]!r}, "
+                         f"|diff| {diff[pos]!r} > bound {np.broadcast_to(bound, want.shape)[pos]!r}"
+                         f" (|V| {int(info.count[pos])}, max|x| {info.maxabs[pos]!r})")
+        raise AssertionError(f"{kind} ({dtype}): {len(bad)} of {want.size} outside the bound\n"
+                             + "\n".join(lines))

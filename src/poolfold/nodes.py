@@ -13,7 +13,7 @@ from onnx import helper
 from . import schema
 from .errors import PoolfoldError
 from .kernels import kernel_threads
-from .ops import col2im, max_pool, max_unpool, nhwc
+from .ops import averaging, col2im, max_pool, max_unpool, nhwc
 
 # (domain, op) -> the function; node attributes map to its keywords of the same names.
 _FUNCTIONS = {
@@ -22,7 +22,20 @@ _FUNCTIONS = {
     (schema.AI_ONNX, "Col2Im"): col2im.col2im,
     (schema.NHWC, "MaxPool"): nhwc.max_pool,
     (schema.NHWC, "MaxUnpool"): nhwc.max_unpool,
+    (schema.AI_ONNX, "AveragePool"): averaging.average_pool,
+    (schema.AI_ONNX, "LpPool"): averaging.lp_pool,
+    (schema.AI_ONNX, "GlobalMaxPool"): averaging.global_max_pool,
+    (schema.AI_ONNX, "GlobalAveragePool"): averaging.global_average_pool,
+    (schema.AI_ONNX, "GlobalLpPool"): averaging.global_lp_pool,
+    (schema.NHWC, "AveragePool"): nhwc.average_pool,
+    (schema.NHWC, "LpPool"): nhwc.lp_pool,
+    (schema.NHWC, "GlobalMaxPool"): nhwc.global_max_pool,
+    (schema.NHWC, "GlobalAveragePool"): nhwc.global_average_pool,
+    (schema.NHWC, "GlobalLpPool"): nhwc.global_lp_pool,
 }
+
+# The averaging family: one output, X the only input, every attribute a keyword.
+_AVERAGING = ("AveragePool", "LpPool", "GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool")
 
 
 
@@ -72,6 +85,8 @@ def bind(domain: str, op_type: str, opset: int, attributes: dict, outputs: Seque
         )
     wanted = [bool(name) for name in outputs]
     kwargs = dict(attributes)
+    if op_type in _AVERAGING:
+        return _averaging_call(spec, wanted, kwargs)
     kernel_shape = kwargs.pop("kernel_shape", None)
     if domain == schema.NHWC:  # fused activations and channels-last layout: checked per call
         return _unprepared(spec, op_type, wanted, kernel_shape, kwargs, inferred_shape_indices)
@@ -115,16 +130,21 @@ def output_shapes(domain: str, op_type: str, opset: int, attributes: dict,
     if domain != schema.AI_ONNX or data is None or len(data) < 3:
         return [None, None]
     kept = (data[0], data[1]) + (None,) * (len(data) - 2)  # N and C pass through
-    if op_type == "MaxPool":
+    if op_type.startswith("Global"):
+        return [(data[0], data[1]) + (1,) * (len(data) - 2)]
+    if op_type in ("MaxPool", "AveragePool", "LpPool"):
         shape = kept
         if all(isinstance(n, int) for n in data):
-            options = {k: v for k, v in attributes.items() if k != "storage_order"}
+            # the windows are MaxPool's: its latest version plans them (the node's own
+            # version's attribute checks are the run's)
+            window = ("kernel_shape", "strides", "pads", "dilations", "auto_pad", "ceil_mode")
+            options = {k: v for k, v in attributes.items() if k in window}
             kernel_shape = options.pop("kernel_shape", None)
             try:
-                shape = max_pool.max_pool_shape(data, kernel_shape, **options, opset=opset)
+                shape = max_pool.max_pool_shape(data, kernel_shape, **options)
             except (PoolfoldError, TypeError, ValueError):  # the run will say what is wrong
                 pass
-        return [shape, shape]
+        return [shape, shape] if op_type == "MaxPool" else [shape]
     if op_type == "MaxUnpool":
         output_shape = constant_inputs[2] if len(constant_inputs) > 2 else None
         if output_shape is not None:
@@ -134,6 +154,19 @@ def output_shapes(domain: str, op_type: str, opset: int, attributes: dict,
     if image_shape is None:
         return [None]
     return [(data[0], None) + tuple(int(n) for n in image_shape)]
+
+
+def _averaging_call(spec, wanted: list[bool], kwargs: dict):
+    """A node of the averaging family as one functional call per run (its checks are a small
+    part of these ops' cost)."""
+    if len(wanted) > 1:
+        raise PoolfoldError(f"{spec.label}: the node has {len(wanted)} outputs; this op has one (Y)")
+    function = _FUNCTIONS[(spec.domain, spec.op)]
+    if "kernel_shape" in kwargs:
+        kernel_shape = kwargs.pop("kernel_shape")
+        return lambda inputs: [function(_input(spec, inputs, 0, "X"), kernel_shape, **kwargs,
+                                        opset=spec.version)]
+    return lambda inputs: [function(_input(spec, inputs, 0, "X"), **kwargs, opset=spec.version)]
 
 
 def _index_request(spec, wanted: list[bool]) -> bool:

@@ -14,10 +14,12 @@ two reads per output whatever the window (flat cost in the window size).  Runnin
 kept as double-double pairs (the rounding error of each addition carried in a second
 array), so a window's sum is as accurate as if added directly: the difference of two
 pairs is within about one float64 rounding of the window's sum, not of the running sum's
-size.  A run that meets a non-finite value (inf - inf would spoil every later window)
-is added directly instead.  float64 inputs are summed with compensation (Neumaier) in the
-direct passes too, and the passes' results round once per axis: see docs/semantics.md for
-the accuracy bound this meets.
+size, and a float32 (float16, bfloat16) result rounds as the direct sum's would but for
+values within about 2^-50 of a rounding boundary.  A run that meets a non-finite value
+(inf - inf would spoil every later window) is added directly instead.  float64 inputs are
+always added directly, with compensation (Neumaier), so that a window's result depends on
+its values alone, whatever part of the tensor a call holds (poolfold.dask relies on it);
+the passes' results round once per axis: see docs/semantics.md for the accuracy bound.
 
 LpPool where ``|x| ** p`` could leave float64's range (float64 inputs, or p > 7) carries
 ``(m, s)`` pairs instead (:func:`scaled_window_sums`): the window's largest |x| and the sum
@@ -88,8 +90,7 @@ def _axis_pass(src, src_at, src_inner, dst, lo_buf, run_hi, run_lo, rows, n, wid
     for r in range(rows):
         base = src_at + r * n * src_inner
         at = r * out * width
-        use_prefix = prefix
-        if use_prefix:
+        if prefix and not compensated:
             # running sums along the axis, one per dilation phase: run[q] = term(q) + run[q - d]
             finite = True
             for q in range(n):
