@@ -25,14 +25,18 @@ import poolfold
 import poolfold.backend
 import poolfold.reference
 
-INCLUDE = r"(test_maxpool|test_maxunpool|test_col2im|test_MaxPool|test_operator_maxpool).*"
+INCLUDE = (r"(test_maxpool|test_maxunpool|test_col2im|test_MaxPool|test_operator_maxpool"
+           r"|test_averagepool|test_AvgPool|test_lppool|test_globalaveragepool|test_globalmaxpool"
+           r"|test_globallppool).*")
 # Documented divergence (README.md, "Divergences"; docs/semantics.md "MaxUnpool"): this test reads
 # MaxUnpool's I in the shape inferred from kernel/strides/pads, pasted at the origin of the
 # larger output; poolfold reads I as flat positions of the output tensor, like onnxruntime and
 # PyTorch (onnxruntime excludes it too, onnx/onnx#2398).  It is checked below, with and without
 # prepare(..., inferred_shape_indices=True).
 DIVERGENT = "test_maxunpool_export_with_output_shape"
-EXPECTED_EXECUTED = 34
+# 34 of MaxPool, MaxUnpool and Col2Im; 39 of the averaging family (32 node tests, 7
+# PyTorch-converted AvgPool models; onnx 1.23 has no GlobalLpPool test).
+EXPECTED_EXECUTED = 73
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # onnx's test generators overflow on purpose
@@ -57,7 +61,7 @@ def _executed_backend_tests() -> list[str]:
     return sorted(names)
 
 
-def test_backend_test_runs_34_tests():
+def test_backend_test_runs_73_tests():
     executed = _executed_backend_tests()
     assert all(name.endswith("_cpu") for name in executed), executed
     assert len(executed) == EXPECTED_EXECUTED, executed

@@ -184,6 +184,43 @@ def test_run_own_model_matches_functional_api(tmp_path):
         np.testing.assert_array_equal(got["indices"], indices)
 
 
+def test_run_averaging_model_in_process(tmp_path):
+    """A model of the averaging family runs through the backend like any other: Conv ->
+    AveragePool -> GlobalAveragePool, the pools on poolfold, the rest on whatever runs the
+    other ops; the outputs are the functional API's."""
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["X", "W"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("AveragePool", ["c"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1], count_include_pad=1),
+        helper.make_node("GlobalAveragePool", ["p"], ["Y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "conv_average",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3, 9, 9])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 4, 1, 1])],
+        initializer=[onnx.numpy_helper.from_array(w, "W")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)],
+                                ir_version=8), str(tmp_path / "m.onnx"))
+    x = rng.standard_normal((1, 3, 9, 9)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    result = cli_here("run", "m.onnx", "--input", "X=x.npy", "--output", "o.npz", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "output Y: shape (1, 4, 1, 1), float32" in result.stdout
+    if "where it runs" in result.stdout:  # the other ops on onnxruntime
+        assert "poolfold: a AveragePool node" in result.stdout
+        assert "poolfold: a GlobalAveragePool node" in result.stdout
+    padded = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+    conv = np.einsum("nchwij,kcij->nkhw", windows, w).astype(np.float32)
+    want = poolfold.global_average_pool(poolfold.average_pool(
+        conv, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1))
+    with np.load(tmp_path / "o.npz") as got:
+        assert got["Y"].dtype == np.float32
+        np.testing.assert_allclose(got["Y"], want, rtol=1e-5, atol=1e-6)
+
+
 def test_installed_console_script(tmp_path):
     script = Path(sys.executable).parent / ("poolfold.exe" if os.name == "nt" else "poolfold")
     if not script.exists():

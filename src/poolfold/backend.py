@@ -1,8 +1,9 @@
 """An ONNX backend (in the shape of ``onnxruntime.backend``) that runs any model.
 
-MaxPool, MaxUnpool, Col2Im and the com.ms.internal.nhwc ops run on poolfold's kernels (with
-``poolfold_nodes="needed"``, only those :mod:`poolfold.placement` says onnxruntime cannot run
-right).  Every other node runs on onnxruntime when it is installed: :mod:`poolfold.partition`
+MaxPool, MaxUnpool, Col2Im, the averaging family (AveragePool, LpPool, GlobalMaxPool,
+GlobalAveragePool, GlobalLpPool) and the com.ms.internal.nhwc ops run on poolfold's kernels
+(with ``poolfold_nodes="needed"``, only those :mod:`poolfold.placement` says onnxruntime cannot
+run right).  Every other node runs on onnxruntime when it is installed: :mod:`poolfold.partition`
 splits the graph into poolfold's nodes and maximal stretches of other nodes, and each stretch
 becomes one onnxruntime ``InferenceSession``, built once by ``prepare``.  Without onnxruntime (or with
 ``other_ops="reference"``) the other nodes run on onnx's ReferenceEvaluator, into which

@@ -24,9 +24,10 @@ class UsageError(Exception):
 # ---------------------------------------------------------------------------------------- run
 
 RUN_HELP = """\
-Run an ONNX model with poolfold: MaxPool, MaxUnpool, Col2Im and the com.ms.internal.nhwc ops
-on poolfold's kernels, every other op on onnxruntime when it is installed (each stretch of
-them one session), else on onnx's ReferenceEvaluator; --other-ops chooses.
+Run an ONNX model with poolfold: MaxPool, MaxUnpool, Col2Im, AveragePool, LpPool, the global
+pools and the com.ms.internal.nhwc ops on poolfold's kernels, every other op on onnxruntime
+when it is installed (each stretch of them one session), else on onnx's ReferenceEvaluator;
+--other-ops chooses.
 
 With no MODEL, runs the bundled example, a small SegNet-style encoder-decoder that uses
 MaxPool with Indices, MaxUnpool with output_shape and Col2Im. Inputs not given with --input
@@ -222,7 +223,8 @@ def parser() -> argparse.ArgumentParser:
 
     top = argparse.ArgumentParser(
         prog="poolfold",
-        description="Fast, spec-exact ONNX MaxPool, MaxUnpool and Col2Im.",
+        description="Fast, spec-exact ONNX MaxPool, MaxUnpool, Col2Im and the averaging "
+                    "family (AveragePool, LpPool, the global pools).",
     )
     top.add_argument("--version", action="version", version=f"poolfold {__version__}")
     commands = top.add_subparsers(dest="command", metavar="COMMAND")
@@ -240,15 +242,16 @@ def parser() -> argparse.ArgumentParser:
                      help="what runs the ops poolfold does not implement (default: onnxruntime "
                           "when installed, else onnx's reference evaluator)")
     run.add_argument("--poolfold-nodes", choices=["all", "needed"], default="all",
-                     help="with the other ops on onnxruntime: run every MaxPool, MaxUnpool and "
-                          "Col2Im node on poolfold (all, the default), or only those "
+                     help="with the other ops on onnxruntime: run every node of poolfold's "
+                          "ops on poolfold (all, the default), or only those "
                           "onnxruntime cannot run or would compute differently (needed)")
     run.set_defaults(handler=command_run)
 
     conformance = commands.add_parser(
         "conformance", help="run onnx's backend tests for these ops through poolfold.backend",
-        description="Run the onnx package's MaxPool, MaxUnpool and Col2Im node tests and its "
-                    "PyTorch-converted MaxPool models through poolfold.backend; print a table "
+        description="Run the onnx package's MaxPool, MaxUnpool, Col2Im, AveragePool, LpPool, "
+                    "GlobalAveragePool and GlobalMaxPool node tests and its PyTorch-converted "
+                    "MaxPool and AvgPool models through poolfold.backend; print a table "
                     "of test, result and time. Exit status 1 if any test fails (the documented "
                     "divergence excepted).")
     conformance.add_argument("--filter", metavar="TEXT", help="only tests whose name contains TEXT")

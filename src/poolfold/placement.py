@@ -1,8 +1,9 @@
 """Where a node of poolfold's ops runs when the other nodes run on onnxruntime: prepare's
 ``poolfold_nodes``.
 
-- ``"all"`` (the default): every MaxPool, MaxUnpool, Col2Im and com.ms.internal.nhwc node
-  runs on poolfold's kernels.
+- ``"all"`` (the default): every MaxPool, MaxUnpool, Col2Im, AveragePool, LpPool,
+  GlobalMaxPool, GlobalAveragePool, GlobalLpPool and com.ms.internal.nhwc node runs on
+  poolfold's kernels.
 - ``"needed"``: a node runs on poolfold only where onnxruntime (1.32, CPU) cannot run it or
   would not compute it as poolfold's semantics say, or where poolfold is measured faster;
   every other node stays inside onnxruntime's stretch, so that a model onnxruntime runs right
@@ -15,12 +16,18 @@ node to an implementation that might compute it differently.  :data:`RULES` is t
 reasons, checked in order; tests/test_placement.py checks each against what onnxruntime
 actually does with a one-node model.
 
-**The difference "needed" leaves** is in the data, which prepare cannot see: where a MaxPool
-window holds a NaN, onnxruntime's answer depends on where the NaN sits in the window (it may
-give the largest number instead), while poolfold's is NaN and its index the first NaN's.  A
-model whose pooled tensors may hold NaN should run with ``poolfold_nodes="all"``.  (A
-MaxUnpool index out of range is an error either way, but onnxruntime's own exception, not
-poolfold's ValueError.)
+**The differences "needed" leaves** are in the data, which prepare cannot see:
+
+- where a MaxPool window or a GlobalMaxPool plane holds a NaN, onnxruntime's answer depends
+  on where the NaN sits (it may give the largest number instead), while poolfold's is NaN
+  (and its index the first NaN's);
+- a GlobalMaxPool plane of -inf only gives onnxruntime's lowest finite value, not -inf;
+- float32 AveragePool and GlobalAveragePool sum in float32 on onnxruntime: a window whose
+  sum passes float32's largest value gives inf there, although its average is finite.
+
+A model whose pooled tensors may hold NaN, infinities or values near float32's limits should
+run with ``poolfold_nodes="all"``.  (A MaxUnpool index out of range is an error either way,
+but onnxruntime's own exception, not poolfold's ValueError.)
 """
 
 from __future__ import annotations
@@ -78,14 +85,34 @@ class NodeFacts:
 
 _F16, _F32, _F64 = TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE
 
+_WINDOWED = ("AveragePool", "LpPool")
+_GLOBAL = ("GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool")
+_AVERAGING = _WINDOWED + _GLOBAL
+_LP = ("LpPool", "GlobalLpPool")
+
+# The averaging family's CPU kernels in onnxruntime 1.32, by the model's ai.onnx opset: the
+# first opset with a kernel, and the first without one again (GlobalLpPool-22 has none).
+_ONNXRUNTIME_OPSETS = {"AveragePool": (7, None), "LpPool": (2, None),
+                       "GlobalMaxPool": (1, None), "GlobalAveragePool": (1, None),
+                       "GlobalLpPool": (2, 22)}
+# onnxruntime runs the averaging family's float16 nodes in float32, through Casts it inserts
+# (InsertedPrecisionFreeCast), which are invalid below Cast-6 (its "to" was a string then).
+_CAST_TO_INT = 6
+
 
 def onnxruntime_types(op_type: str, version: int | None) -> frozenset[int]:
-    """The element types onnxruntime 1.32's CPU kernels take for an ai.onnx op (others it
-    refuses when the session is built)."""
+    """The element types onnxruntime 1.32's CPU kernels take for an ai.onnx op at the model's
+    opset ``version`` (others it refuses when the session is built)."""
     if op_type == "MaxPool":
         if version is not None and version >= 12:
             return frozenset({_F16, _F32, _F64, TensorProto.INT8, TensorProto.UINT8})
         return frozenset({_F16, _F32, _F64})
+    if op_type in _AVERAGING:  # no double and no bfloat16 kernel, in any version
+        first, past = _ONNXRUNTIME_OPSETS[op_type]
+        opset = version if version is not None else onnx.defs.onnx_opset_version()
+        if opset < first or (past is not None and opset >= past):
+            return frozenset()
+        return frozenset({_F16, _F32}) if opset >= _CAST_TO_INT else frozenset({_F32})
     return frozenset({_F16, _F32})  # MaxUnpool (no double kernel), Col2Im (float only)
 
 
@@ -121,10 +148,53 @@ def _no_channels(facts: NodeFacts) -> bool:
     return facts.shape is not None and len(facts.shape) > 1 and facts.shape[1] == 0
 
 
+def _empty_spatial_axis(facts: NodeFacts) -> bool:
+    return facts.shape is not None and any(n == 0 for n in facts.shape[2:])
+
+
+def _empty_average(facts: NodeFacts) -> bool:
+    """An AveragePool window that can hold padding only, counting its taps inside X
+    (count_include_pad 0): 0 / 0."""
+    return not facts.attributes.get("count_include_pad", 0) and _window_may_be_empty(facts)
+
+
+def _no_window_fits(facts: NodeFacts) -> bool:
+    """Whether an output axis comes out < 1, told from the data input's static sizes."""
+    shape = facts.shape
+    if shape is None or len(shape) < 3 or not all(isinstance(n, int) for n in shape):
+        return False
+    from .ops.max_pool import max_pool_shape  # the windows are MaxPool's
+
+    window = ("strides", "pads", "dilations", "auto_pad", "ceil_mode")
+    options = {k: v for k, v in facts.attributes.items() if k in window}
+    try:
+        max_pool_shape(shape, facts.attributes.get("kernel_shape"), **options)
+    except PoolfoldError as error:  # geometry.py's one error for an output axis < 1
+        return "no window fits" in str(error)
+    except (TypeError, ValueError):  # another fault of the node: the run reports it
+        return False
+    return False
+
+
+# Past these p, |x| ** p leaves float32's range (or float16's precision sinks into float32's
+# subnormals) for some x of the type whose Y is representable: onnxruntime raises every |x|
+# to p in float32, where poolfold scales by the window's largest |x|.  float32, p = 2:
+# 2x2 of 1e20 gives inf, of 1e-25 gives 0.  float16 (run in float32): p <= 6 met the
+# contract's bound for every magnitude tried (2^-24 to 65504, windows of 1 to 256), p = 7
+# gives 0 for 16x16 of 2^-24, p = 9 inf for one 65504.  p = 1 only adds |x|: safe wherever Y
+# is finite.
+_LP_SAFE_P = {_F32: 1, _F16: 6}
+
+
+def _lp_leaves_float32(facts: NodeFacts) -> bool:
+    p = facts.attributes.get("p", 2)
+    return facts.dtype in _LP_SAFE_P and p > _LP_SAFE_P[facts.dtype]
+
+
 @dataclass(frozen=True)
 class Rule:
     """One reason a node runs on poolfold: ``applies`` to its facts; ``reason`` is formatted
-    with ``op``, ``dtype`` and ``rank``."""
+    with ``op``, ``dtype``, ``rank``, ``version`` and ``p``."""
 
     ops: tuple[str, ...]
     applies: Callable[[NodeFacts], bool]
@@ -132,33 +202,48 @@ class Rule:
 
 
 _POOL_OPS = ("MaxPool", "MaxUnpool")
+_EVERY_OP = ("MaxPool", "MaxUnpool", "Col2Im") + _AVERAGING
 
 # Checked in order; the first that applies is the node's reason.  Each was observed on
-# onnxruntime 1.32 (tests/test_placement.py keeps checking it).
+# onnxruntime 1.32 (tests/test_placement.py and tests/test_backend_averaging.py keep checking
+# it).
 RULES: tuple[Rule, ...] = (
-    Rule(("MaxPool", "MaxUnpool"), lambda f: f.domain == schema.NHWC,
+    Rule(_POOL_OPS + _AVERAGING, lambda f: f.domain == schema.NHWC,
          "onnxruntime has no CPU kernel for com.ms.internal.nhwc {op} outside its own layout "
          "transformer: it refuses the node"),
-    Rule(("MaxPool", "MaxUnpool", "Col2Im"), lambda f: f.dtype is None,
+    Rule(_EVERY_OP, lambda f: f.dtype is None,
          "its data type is unknown before the run"),
-    Rule(("MaxPool", "MaxUnpool", "Col2Im"),
+    Rule(_EVERY_OP,
          lambda f: f.dtype not in onnxruntime_types(f.op_type, f.version),
          "onnxruntime has no {op}-{version} kernel for {dtype}"),
-    Rule(("MaxPool", "MaxUnpool", "Col2Im"), lambda f: f.spatial_rank is None,
+    Rule(_EVERY_OP, lambda f: f.spatial_rank is None,
          "its spatial rank is unknown before the run"),
-    Rule(_POOL_OPS, lambda f: f.spatial_rank > 3,
+    Rule(_POOL_OPS + _AVERAGING, lambda f: f.spatial_rank > 3,
          "onnxruntime's {op} stops at 3 spatial axes (this node has {rank}): it fails when run"),
     Rule(("MaxUnpool",), lambda f: f.inferred_shape_indices,
          "inferred_shape_indices is poolfold's own reading of I"),
-    Rule(("MaxPool",), _same_with_dilation,
-         "onnxruntime sizes SAME padding without the dilation: a wrong output shape"),
-    Rule(("MaxPool",), _pads_reach_kernel,
+    # MaxPool: with strides, a wrong output shape; AveragePool, LpPool: the same shape, but
+    # windows off by the missing pads.
+    Rule(("MaxPool",) + _WINDOWED, _same_with_dilation,
+         "onnxruntime sizes SAME padding without the dilation: wrong windows"),
+    Rule(("MaxPool",) + _WINDOWED, _pads_reach_kernel,
          "onnxruntime refuses pads >= kernel_shape, which the spec allows"),
     Rule(("MaxPool",), _window_may_be_empty,
          "a dilated window can lie wholly in the padding, where onnxruntime gives the "
          "lowest finite {dtype}, not -inf"),
-    Rule(("MaxPool",), _no_channels,
+    Rule(("AveragePool",), _empty_average,
+         "a dilated window can lie wholly in the padding, where onnxruntime's average is 0, "
+         "not NaN (0 / 0 with count_include_pad = 0)"),
+    Rule(_WINDOWED, _no_window_fits,
+         "no window fits on an axis: onnxruntime returns an empty tensor where the spec "
+         "makes it an error"),
+    Rule(("MaxPool",) + _AVERAGING, _no_channels,
          "onnxruntime fails on an input with no channels (C = 0)"),
+    Rule(_AVERAGING, _empty_spatial_axis,
+         "onnxruntime fails on an input with a spatial axis of size 0"),
+    Rule(_LP, _lp_leaves_float32,
+         "onnxruntime raises |x| to p = {p} in float32, which overflows or underflows where "
+         "Y is representable; poolfold scales each window"),
     # onnxruntime computes it right, but slowly: (1, 64, 224, 224), 2x2 stride 2, took 40 ms
     # there and 3.3 ms on poolfold; (8, 32, 64, 64) 6.3 ms and 0.64 ms.
     Rule(("MaxPool",), lambda f: f.indices_used,
@@ -176,7 +261,8 @@ def needed_reason(facts: NodeFacts) -> str | None:
     for rule in RULES:
         if facts.op_type in rule.ops and rule.applies(facts):
             return rule.reason.format(op=facts.op_type, dtype=facts.dtype_name,
-                                      rank=facts.spatial_rank, version=facts.version)
+                                      rank=facts.spatial_rank, version=facts.version,
+                                      p=facts.attributes.get("p", 2))
     return None
 
 
@@ -232,10 +318,10 @@ class Placement:
             inferred_shape_indices=self._inferred_shape_indices)
 
     def _spatial_rank(self, node, attributes, shape) -> int | None:
-        if node.op_type in _POOL_OPS:
+        if node.op_type in _POOL_OPS + _AVERAGING:
             if "kernel_shape" in attributes:
                 return len(attributes["kernel_shape"])
-            return len(shape) - 2 if shape is not None else None
+            return len(shape) - 2 if shape is not None and len(shape) >= 2 else None
         for name in node.input[1:3]:  # Col2Im: image_shape, block_shape hold r values each
             if name in self._constants:
                 return int(np.asarray(self._constants[name]).size)

@@ -4,8 +4,10 @@
 >>> import poolfold.reference
 >>> session = ReferenceEvaluator(model, new_ops=poolfold.reference.ops)   # doctest: +SKIP
 
-MaxPool, MaxUnpool and Col2Im (ai.onnx) and the com.ms.internal.nhwc MaxPool and MaxUnpool
-then run poolfold's kernels, with poolfold's semantics, at the version the model imports.
+MaxPool, MaxUnpool, Col2Im, AveragePool, LpPool, GlobalMaxPool, GlobalAveragePool and
+GlobalLpPool (ai.onnx) and the com.ms.internal.nhwc MaxPool, MaxUnpool, AveragePool, LpPool
+and global pools (one class per row of :data:`poolfold.schema.TABLE`) then run poolfold's
+kernels, with poolfold's semantics, at the version the model imports.
 """
 
 from __future__ import annotations

@@ -31,18 +31,18 @@ The kernels trust their tables: :mod:`poolfold.ops.averaging` builds and bounds 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 from numba.extending import overload
 
-from . import helper
 from .half import HALF_BITS, as_float32, narrow_to
 
 # Rows of the per-axis table (``axes[row, axis]``).
 N, OUT, KERNEL, STRIDE, DILATION, UNCUT_LO, UNCUT_HI, PREFIX = range(8)
 AXIS_ROWS = 8
 
-# What the store does with a window's sum.
-AVERAGE, ROOT = 0, 1
+# What the store does with a window's sum: divide it by the output's divisor, take its p-th
+# root, or store it as it is (float64 averages, divided axis by axis as they are summed).
+AVERAGE, ROOT, AS_IS = 0, 1, 2
 # What the first pass takes of each element.
 VALUE, ABS, SQUARE, POWER = 0, 1, 2, 3
 
@@ -58,19 +58,61 @@ def _widen(value):
     return lambda value: np.float64(value)
 
 
-@helper
-def _term(v, transform, p):
-    """What a window adds of the element ``v`` (a float64)."""
-    if transform == VALUE:
-        return v
-    if transform == ABS:
-        return abs(v)
-    if transform == SQUARE:
-        return v * v
-    return abs(v) ** p
+# Helpers and kernels divide as IEEE does (0/0 is NaN, an empty window's average), with no
+# zero check per division: numpy's error model, not Python's.
+_helper = njit(cache=True, nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True,
+               error_model="numpy")
+_kernel = njit(cache=True, nogil=True, error_model="numpy")
 
 
-@helper
+# What a window adds of each element, told to the kernels by the type of a marker array (a
+# compile-time choice: as a runtime value, the branch kept the loops from vectorising).
+VALUE_MARK, ABS_MARK, SQUARE_MARK, POWER_MARK = np.int8, np.int16, np.int32, np.int64
+_VALUE_MARK = np.empty(0, VALUE_MARK)  # the later passes add values
+_MARKS = {VALUE: VALUE_MARK, ABS: ABS_MARK, SQUARE: SQUARE_MARK, POWER: POWER_MARK}
+
+
+def term_marker(transform: int) -> np.ndarray:
+    """The marker array that selects ``transform`` (VALUE, ABS, SQUARE, POWER)."""
+    return np.empty(0, _MARKS[transform])
+
+
+def _term(v, mark, p):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(_term)
+def _term_overload(v, mark, p):
+    """What a window adds of the element ``v`` (a float64), by the marker's type."""
+    kind = mark.dtype
+    if kind == types.int8:
+        return lambda v, mark, p: v
+    if kind == types.int16:
+        return lambda v, mark, p: abs(v)
+    if kind == types.int32:
+        return lambda v, mark, p: v * v
+    return lambda v, mark, p: abs(v) ** p
+
+
+def _accumulate(dst, lo_buf, i, t):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(_accumulate)
+def _accumulate_overload(dst, lo_buf, i, t):
+    """dst[i] += t; compensated (its rounding error added to lo_buf[i]) unless lo_buf is
+    None (a compile-time choice, as for the terms)."""
+    if isinstance(lo_buf, types.NoneType):
+        def plain(dst, lo_buf, i, t):
+            dst[i] += t
+        return plain
+
+    def compensated(dst, lo_buf, i, t):
+        _two_sum_into(dst, lo_buf, i, t)
+    return compensated
+
+
+@_helper
 def _two_sum_into(hi, lo, i, b):
     """hi[i] += b, its rounding error added to lo[i] (Knuth's TwoSum: exact, any order)."""
     a = hi[i]
@@ -80,104 +122,273 @@ def _two_sum_into(hi, lo, i, b):
     hi[i] = s
 
 
-@helper
+def _part(a, start, stop):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(_part)
+def _part_overload(a, start, stop):
+    """``a[start:stop]``, or None for None (an absent compensation buffer)."""
+    if isinstance(a, types.NoneType):
+        return lambda a, start, stop: None
+    return lambda a, start, stop: a[start:stop]
+
+
+@_helper
+def _add(dst, lo_buf, dst_at, src, src_at, count, step, mark, p, assign=False, scale=1.0):
+    """``dst[dst_at + i] += term(src[src_at + i * step])`` for ``i < count`` (``=`` with
+    ``assign``: a window's first tap).  On slices, indexed from 0, with the contiguous case
+    apart: numba then knows no index is negative and LLVM vectorises the loop (measured: 4x
+    faster than indexing the whole arrays).  Compensated sums add ``term * scale``."""
+    d = dst[dst_at:dst_at + count]
+    lo = _part(lo_buf, dst_at, dst_at + count)
+    if step == 1:
+        s = src[src_at:src_at + count]
+    else:
+        s = src[src_at:src_at + (count - 1) * step + 1:step]
+    if assign:
+        for i in range(count):
+            d[i] = _term(widen(s[i]), mark, p)
+    elif lo is None:
+        for i in range(count):
+            _accumulate(d, lo, i, _term(widen(s[i]), mark, p))
+    else:
+        for i in range(count):
+            _accumulate(d, lo, i, _term(widen(s[i]), mark, p) * scale)
+
+
+@_helper
+def _cut_output(dst, lo_buf, dst_at, src, base, src_inner, width, first, lo, hi, d, mark, p,
+                scale):
+    """Add the in-bounds taps of one output whose window the padding or an axis's end cuts;
+    one element each (channels-first last axis) in a scalar loop, not a call per tap."""
+    if width == 1 and lo_buf is None:
+        total = 0.0
+        for j in range(lo, hi):
+            total += _term(widen(src[base + (first + j * d) * src_inner]), mark, p)
+        dst[dst_at] = total
+        return
+    for j in range(lo, hi):
+        _add(dst, lo_buf, dst_at, src, base + (first + j * d) * src_inner, width, 1, mark, p,
+             False, scale)
+
+
+@_helper
 def _axis_pass(src, src_at, src_inner, dst, lo_buf, run_hi, run_lo, rows, n, width, out, first,
-               lo, hi, s, d, uncut_lo, uncut_hi, prefix, compensated, transform, p):
+               lo, hi, s, d, uncut_lo, uncut_hi, prefix, mark, p, counts):
     """Reduce the middle axis of ``src`` viewed as ``(rows, n, src_inner)`` (from flat
     ``src_at``; only the first ``width`` of each inner run are read) into ``dst`` as
-    ``(rows, out, width)``, float64.  ``lo_buf`` holds the compensation terms when
-    ``compensated``; ``run_hi`` / ``run_lo`` the running sums of one row (n * width)."""
-    for r in range(rows):
-        base = src_at + r * n * src_inner
-        at = r * out * width
-        if prefix and not compensated:
-            # running sums along the axis, one per dilation phase: run[q] = term(q) + run[q - d]
-            finite = True
-            for q in range(n):
-                row = base + q * src_inner
+    ``(rows, out, width)``, float64.  ``lo_buf`` holds the compensation terms (None: no
+    compensation); ``run_hi`` / ``run_lo`` the running sums of one row (n * width).
+    ``counts`` (or None): each output's sum is divided by ``counts[o]``: a float64 average
+    taken axis by axis, whose partial results never exceed the largest |x| (a float64 sum
+    may overflow where the average does not)."""
+    # A float64 average's terms are scaled by a power of two (exact) that keeps the sum of
+    # the axis's taps in range; the quotient is scaled back.
+    scale = 1.0
+    if counts is not None:
+        taps = _largest_count(lo, hi, out)
+        while scale * taps > 1.0:
+            scale *= 0.5
+    if not (prefix and lo_buf is None):
+        _direct_rows(src, src_at, src_inner, dst, lo_buf, 0, rows, n, width, out, first, lo,
+                     hi, s, d, uncut_lo, uncut_hi, mark, p, scale)
+    else:
+        for r in range(rows):
+            if not _running_row(src, src_at, src_inner, dst, run_hi, run_lo, r, n, width, out,
+                                first, lo, hi, d, mark, p):
+                # a non-finite value in the row: its windows added directly
+                _direct_rows(src, src_at, src_inner, dst, lo_buf, r, r + 1, n, width, out,
+                             first, lo, hi, s, d, uncut_lo, uncut_hi, mark, p, 1.0)
+    if counts is not None:
+        for r in range(rows):
+            at = r * out * width
+            for o in range(out):
                 for c in range(width):
-                    t = _term(widen(src[row + c]), transform, p)
-                    if q >= d:
-                        prev_hi = run_hi[(q - d) * width + c]
-                        total = prev_hi + t
-                        bb = total - prev_hi
-                        run_lo[q * width + c] = run_lo[(q - d) * width + c] + (
-                            (prev_hi - (total - bb)) + (t - bb))
-                        run_hi[q * width + c] = total
-                    else:
-                        run_hi[q * width + c] = t
-                        run_lo[q * width + c] = 0.0
-                    if not np.isfinite(run_hi[q * width + c]):
-                        finite = False
-            if finite:
-                for o in range(out):
-                    o_at = at + o * width
-                    if lo[o] >= hi[o]:
-                        for c in range(width):
-                            dst[o_at + c] = 0.0
-                        continue
-                    last = (first[o] + (hi[o] - 1) * d) * width
-                    before = first[o] + (lo[o] - 1) * d
-                    if before < 0:
-                        for c in range(width):
-                            dst[o_at + c] = run_hi[last + c] + run_lo[last + c]
-                    else:
-                        b_at = before * width
-                        for c in range(width):
-                            dst[o_at + c] = (run_hi[last + c] - run_hi[b_at + c]) + (
-                                run_lo[last + c] - run_lo[b_at + c])
-                continue
-        # direct: each output adds its taps; the uncut outputs tap by tap across outputs
-        for i in range(out * width):
-            dst[at + i] = 0.0
-            if compensated:
-                lo_buf[at + i] = 0.0
-        for o in range(out):
-            if o >= uncut_lo and o < uncut_hi:
-                continue
-            o_at = at + o * width
-            for j in range(lo[o], hi[o]):
-                row = base + (first[o] + j * d) * src_inner
-                for c in range(width):
-                    t = _term(widen(src[row + c]), transform, p)
-                    if compensated:
-                        _two_sum_into(dst, lo_buf, o_at + c, t)
-                    else:
-                        dst[o_at + c] += t
-        if uncut_hi > uncut_lo:
-            k = hi[uncut_lo]
+                    dst[at + o * width + c] = dst[at + o * width + c] / counts[o] / scale
+
+
+@_helper
+def _largest_count(lo, hi, out):
+    largest = 1
+    for o in range(out):
+        largest = max(largest, hi[o] - lo[o])
+    return largest
+
+
+@_helper
+def _running_row(src, src_at, src_inner, dst, run_hi, run_lo, r, n, width, out, first, lo, hi,
+                 d, mark, p):
+    """Row r's outputs as differences of running sums; False (nothing written) when the
+    row holds a non-finite value."""
+    base = src_at + r * n * src_inner
+    at = r * out * width
+    # running sums along the axis, one per dilation phase: run[q] = term(q) + run[q - d]
+    finite = True
+    for q in range(n):
+        row = base + q * src_inner
+        q_at = q * width
+        if q < d:
+            for c in range(width):
+                run_hi[q_at + c] = _term(widen(src[row + c]), mark, p)
+                run_lo[q_at + c] = 0.0
+        else:
+            b_at = (q - d) * width
+            for c in range(width):
+                t = _term(widen(src[row + c]), mark, p)
+                previous = run_hi[b_at + c]
+                total = previous + t
+                bb = total - previous
+                run_lo[q_at + c] = run_lo[b_at + c] + ((previous - (total - bb))
+                                                       + (t - bb))
+                run_hi[q_at + c] = total
+        for c in range(width):
+            finite = finite and np.isfinite(run_hi[q_at + c])
+    if not finite:
+        return False
+    for o in range(out):
+        o_at = at + o * width
+        if lo[o] >= hi[o]:
+            for c in range(width):
+                dst[o_at + c] = 0.0
+            continue
+        last = (first[o] + (hi[o] - 1) * d) * width
+        before = first[o] + (lo[o] - 1) * d
+        if before < 0:
+            for c in range(width):
+                dst[o_at + c] = run_hi[last + c] + run_lo[last + c]
+        else:
+            b_at = before * width
+            for c in range(width):
+                dst[o_at + c] = (run_hi[last + c] - run_hi[b_at + c]) + (
+                    run_lo[last + c] - run_lo[b_at + c])
+    return True
+
+
+@_helper
+def _direct_rows(src, src_at, src_inner, dst, lo_buf, r0, r1, n, width, out, first, lo, hi, s,
+                 d, uncut_lo, uncut_hi, mark, p, scale):
+    """Rows [r0, r1) of a pass, each output adding its taps: the uncut outputs tap by tap
+    across outputs (a strided row when one element each), the first tap assigned; then the
+    cut outputs one by one."""
+    span = out * width
+    plain_rows = width == 1 and lo_buf is None  # every output assigned, nothing to clear
+    if not plain_rows:
+        for i in range(r0 * span, r1 * span):
+            dst[i] = 0.0
+        if lo_buf is not None:
+            for i in range(r0 * span, r1 * span):
+                lo_buf[i] = 0.0
+    if uncut_hi > uncut_lo:
+        k = hi[uncut_lo]
+        if plain_rows and s == 1 and out == n and src_inner == 1:
+            # Rows as long as their outputs, read at stride 1: output i of the whole run
+            # of rows reads input i + offset, so each tap is one long loop over every row.
+            # The cut outputs between two rows' uncut ones get taps across the rows' seam
+            # here, and are assigned afresh below.
+            start = r0 * out + uncut_lo
+            count = (r1 - 1) * out + uncut_hi - start
+            offset = first[uncut_lo] - uncut_lo
             for j in range(k):
-                for o in range(uncut_lo, uncut_hi):
-                    row = base + (first[o] + j * d) * src_inner
-                    o_at = at + o * width
-                    for c in range(width):
-                        t = _term(widen(src[row + c]), transform, p)
-                        if compensated:
-                            _two_sum_into(dst, lo_buf, o_at + c, t)
-                        else:
-                            dst[o_at + c] += t
-        if compensated:
-            for i in range(out * width):
-                dst[at + i] += lo_buf[at + i]
+                _add(dst, lo_buf, start, src, src_at + start + offset + j * d, count, 1, mark,
+                     p, j == 0 and plain_rows)
+        else:
+            for r in range(r0, r1):
+                base = src_at + r * n * src_inner
+                at = r * span
+                for j in range(k):
+                    tap = base + (first[uncut_lo] + j * d) * src_inner
+                    if width == 1:
+                        _add(dst, lo_buf, at + uncut_lo, src, tap, uncut_hi - uncut_lo,
+                             s * src_inner, mark, p, j == 0 and plain_rows, scale)
+                    else:
+                        for u in range(uncut_hi - uncut_lo):
+                            _add(dst, lo_buf, at + (uncut_lo + u) * width, src,
+                                 tap + u * s * src_inner, width, 1, mark, p, False, scale)
+    for r in range(r0, r1):
+        base = src_at + r * n * src_inner
+        at = r * span
+        for o in range(0, uncut_lo):
+            _cut_output(dst, lo_buf, at + o * width, src, base, src_inner, width, first[o],
+                        lo[o], hi[o], d, mark, p, scale)
+        for o in range(max(uncut_hi, uncut_lo), out):
+            _cut_output(dst, lo_buf, at + o * width, src, base, src_inner, width, first[o],
+                        lo[o], hi[o], d, mark, p, scale)
+    if lo_buf is not None:
+        for i in range(r0 * span, r1 * span):
+            if np.isfinite(dst[i]):  # an inf's rounding error is NaN: not added
+                dst[i] += lo_buf[i]
 
 
-@njit(cache=True, nogil=True)
-def window_sums(x, y, axes, taps, divisor, channels, block, mode, transform, p, compensated,
-                start, stop):
-    """Pool work items ``[start, stop)``: item i is outer ``i // blocks`` and channels
-    ``[c0, c0 + block)``, ``c0 = (i % blocks) * block``.  ``x`` is ``(outer, size * channels)``
-    and ``y`` ``(outer, outputs * channels)``, both flat per outer, in Y's element type for
-    ``y``.  ``divisor[o]`` divides the sum of output position o (AVERAGE); with ROOT the
-    store is ``sum ** (1 / p)``."""
+@_helper
+def _store(target, sums, divisor, planes, outputs, width, channels, c0, mode, p):
+    """Y's elements of one work item: ``sums`` as ``(planes, outputs, width)`` divided by
+    the output position's divisor (AVERAGE), to the power 1/p (ROOT) or as they are (AS_IS),
+    rounded to Y's type.  ``divisor`` holds the divisors' inverses (a multiplication costs
+    far less than a division; the result is within an ulp of float64 of the quotient, well
+    inside the bound; an empty window's inverse is inf: 0 * inf is its NaN)."""
+    if channels == 1:  # channels-first: planes of outputs in a row, in loops that vectorise
+        root = 1.0 / p
+        for plane in range(planes):
+            t = target[plane * outputs:(plane + 1) * outputs]
+            v = sums[plane * outputs:(plane + 1) * outputs]
+            if mode == AVERAGE:
+                q = divisor[:outputs]
+                for o in range(outputs):
+                    t[o] = narrow_to(v[o] * q[o], t)
+            elif mode == AS_IS:
+                for o in range(outputs):
+                    t[o] = narrow_to(v[o], t)
+            elif p == 2.0:
+                for o in range(outputs):
+                    t[o] = narrow_to(np.sqrt(v[o]), t)
+            else:
+                for o in range(outputs):
+                    t[o] = narrow_to(v[o] ** root, t)
+        return
+    root = 1.0 / p
+    for o in range(outputs):
+        t = target[o * channels + c0:o * channels + c0 + width]
+        v = sums[o * width:(o + 1) * width]
+        if mode == AVERAGE:
+            q = divisor[o]
+            for c in range(width):
+                t[c] = narrow_to(v[c] * q, t)
+        elif mode == AS_IS:
+            for c in range(width):
+                t[c] = narrow_to(v[c], t)
+        elif p == 2.0:
+            for c in range(width):
+                t[c] = narrow_to(np.sqrt(v[c]), t)
+        else:
+            for c in range(width):
+                t[c] = narrow_to(v[c] ** root, t)
+
+
+@_kernel
+def window_sums(x, y, axes, taps, divisor, axis_counts, channels, block, group, mode, mark, p,
+                compensated, start, stop):
+    """Pool work items ``[start, stop)`` of ``x`` and ``y`` (flat; per outer, ``size *
+    channels`` and ``outputs * channels`` elements, Y's in its own element type).
+
+    Channels-last (``channels`` > 1), item i is outer ``i // blocks`` and channels
+    ``[c0, c0 + block)``, ``c0 = (i % blocks) * block``; channels-first, item i is the
+    ``group`` outers from ``i * group``, pooled as one (their planes are rows of the first
+    pass: small planes cost one item's overhead for many).  ``divisor[o]`` (an inverse)
+    scales the sum of output position o (AVERAGE); ROOT stores ``sum ** (1 / p)``; AS_IS the sum, each
+    pass having divided by ``axis_counts[axis, o]``.  ``mark`` (:func:`term_marker`) selects
+    what is added of each element; ``compensated`` is an array to compensate the sums
+    (float64), None not to."""
     rank = axes.shape[1]
     blocks = (channels + block - 1) // block
+    outers = x.size // max(1, _plane_size(axes, N) * channels)
+    size = _plane_size(axes, N) * channels
+    outputs = _plane_size(axes, OUT)
     # scratch: the largest intermediate result of one item, twice (ping-pong), its
     # compensation terms, and one row's running sums
     largest = 1
     run = 1
-    shape_rows = 1
-    for a in range(rank):
-        shape_rows *= axes[N, a]
+    shape_rows = _plane_size(axes, N) * group
     inner = block
     for a in range(rank - 1, -1, -1):
         rows = shape_rows // axes[N, a]
@@ -188,18 +399,22 @@ def window_sums(x, y, axes, taps, divisor, channels, block, mode, transform, p, 
         inner *= axes[OUT, a]
     ping = np.empty(largest, np.float64)
     pong = np.empty(largest, np.float64)
-    lo_buf = np.empty(largest if compensated else 1, np.float64)
+    lo_buf = None if compensated is None else np.empty(largest, np.float64)
     run_hi = np.empty(run, np.float64)
     run_lo = np.empty(run, np.float64)
-    outputs = 1
-    for a in range(rank):
-        outputs *= axes[OUT, a]
     for item in range(start, stop):
-        outer = item // blocks
-        c0 = (item % blocks) * block
-        width = min(block, channels - c0)
+        if channels == 1:
+            outer = item * group
+            g = min(group, outers - outer)
+            c0 = 0
+            width = 1
+        else:
+            outer = item // blocks
+            g = 1
+            c0 = (item % blocks) * block
+            width = min(block, channels - c0)
         # the last axis first: rows = the axes before it, inner = the outputs after it
-        rows = 1
+        rows = g
         for a in range(rank - 1):
             rows *= axes[N, a]
         inner_out = 1
@@ -211,33 +426,34 @@ def window_sums(x, y, axes, taps, divisor, channels, block, mode, transform, p, 
             dst = ping if in_ping else pong
             if a == rank - 1:
                 # x's positions are C apart: read width of each C-long run, from c0
-                _axis_pass(x[outer], c0, channels, dst, lo_buf, run_hi, run_lo, rows, n_a,
-                           width, out_a, taps[0, a], taps[1, a], taps[2, a], axes[STRIDE, a],
-                           axes[DILATION, a], axes[UNCUT_LO, a], axes[UNCUT_HI, a],
-                           axes[PREFIX, a], compensated, transform, p)
+                _axis_pass(x, outer * size + c0, channels, dst, lo_buf, run_hi, run_lo, rows,
+                           n_a, width, out_a, taps[0, a], taps[1, a], taps[2, a],
+                           axes[STRIDE, a], axes[DILATION, a], axes[UNCUT_LO, a],
+                           axes[UNCUT_HI, a], axes[PREFIX, a], mark, p,
+                           None if axis_counts is None else axis_counts[a])
             else:
                 _axis_pass(pong if in_ping else ping, 0, w, dst, lo_buf, run_hi, run_lo, rows,
                            n_a, w, out_a, taps[0, a], taps[1, a], taps[2, a], axes[STRIDE, a],
                            axes[DILATION, a], axes[UNCUT_LO, a], axes[UNCUT_HI, a],
-                           axes[PREFIX, a], compensated, VALUE, p)
+                           axes[PREFIX, a], _VALUE_MARK, p,
+                           None if axis_counts is None else axis_counts[a])
             inner_out *= out_a
             if a > 0:
                 rows //= axes[N, a - 1]
                 in_ping = not in_ping
-        dst = ping if in_ping else pong
-        # dst holds (outputs, width) sums of this item
-        target = y[outer]
-        for o in range(outputs):
-            for c in range(width):
-                total = dst[o * width + c]
-                if mode == AVERAGE:
-                    value = total / divisor[o] if divisor[o] != 0 else np.nan
-                else:
-                    value = total ** (1.0 / p) if total > 0 else total
-                target[o * channels + c0 + c] = narrow_to(value, target)
+        _store(y[outer * outputs * channels:], ping if in_ping else pong, divisor, g, outputs,
+               width, channels, c0, mode, p)
 
 
-@helper
+@_helper
+def _plane_size(axes, row):
+    size = 1
+    for a in range(axes.shape[1]):
+        size *= axes[row, a]
+    return size
+
+
+@_helper
 def _scaled_axis_pass(src_m, src_s, src_at, src_inner, first_pass, dst_m, dst_s, rows, n, width,
                       out, first, lo, hi, d, p, whole):
     """One axis of :func:`scaled_window_sums`, always tap by tap: per output, m = the
@@ -284,7 +500,7 @@ def _scaled_axis_pass(src_m, src_s, src_at, src_inner, first_pass, dst_m, dst_s,
                 dst_s[o_at + c] = total
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def scaled_window_sums(x, y, axes, taps, channels, block, p, start, stop):
     """LpPool without overflow or underflow at any p and type: per window, the largest |x|,
     m, and the sum s of (|x| / m) ** p, then Y = m * s ** (1 / p).  Work items as
@@ -350,49 +566,72 @@ def scaled_window_sums(x, y, axes, taps, channels, block, p, start, stop):
                 target[o * channels + c0 + c] = narrow_to(value, target)
 
 
-@njit(cache=True, nogil=True)
-def plane_sums(x, y, size, mode, transform, p, compensated, start, stop):
-    """The global pools' sums over whole planes (channels-first): ``y[i]`` from the ``size``
-    elements ``x[i]``, added in eight interleaved running sums (independent additions the
-    CPU overlaps), compensated for float64.  mode AVERAGE divides by ``size`` (NaN for an
-    empty plane), ROOT takes the p-th root."""
-    for i in range(start, stop):
-        row = x[i]
-        hi = np.zeros(8, np.float64)
-        lo = np.zeros(8, np.float64)
-        body = size - size % 8
-        for q in range(0, body, 8):
-            for lane in range(8):
-                t = _term(widen(row[q + lane]), transform, p)
-                if compensated:
-                    _two_sum_into(hi, lo, lane, t)
-                else:
-                    hi[lane] += t
-        for q in range(body, size):
-            t = _term(widen(row[q]), transform, p)
-            if compensated:
-                _two_sum_into(hi, lo, 0, t)
-            else:
-                hi[0] += t
-        total = 0.0
-        correction = 0.0
-        for lane in range(8):
-            if compensated:
-                a = total
-                total = a + hi[lane]
-                bb = total - a
-                correction += (a - (total - bb)) + (hi[lane] - bb) + lo[lane]
-            else:
-                total += hi[lane]
-        total += correction
-        if mode == AVERAGE:
-            value = total / size if size > 0 else np.nan
+# The sums of whole planes may be added in any order (the contract allows it): with only
+# reassociation allowed, LLVM vectorises them, NaN and inf still as IEEE says.
+_reassociating = njit(cache=True, nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True,
+                      error_model="numpy", fastmath={"reassoc"})
+
+
+@_reassociating
+def _plane_total(row, size, transform, p):
+    total = 0.0
+    if transform == VALUE:
+        for q in range(size):
+            total += widen(row[q])
+    elif transform == SQUARE:
+        for q in range(size):
+            v = widen(row[q])
+            total += v * v
+    elif transform == ABS:
+        for q in range(size):
+            total += abs(widen(row[q]))
+    else:
+        for q in range(size):
+            total += abs(widen(row[q])) ** p
+    return total
+
+
+@_helper
+def _compensated_plane_total(row, size, scale, mark, p):
+    """Neumaier's sum of a float64 plane's terms times ``scale``, in order (an average's terms
+    divided first: its sum never exceeds the largest |x|, where the plain sum may overflow)."""
+    total = 0.0
+    correction = 0.0
+    for q in range(size):
+        t = _term(widen(row[q]), mark, p) * scale
+        s = total + t
+        if abs(total) >= abs(t):
+            correction += (total - s) + t
         else:
-            value = total ** (1.0 / p) if total > 0 else total
+            correction += (t - s) + total
+        total = s
+    return total + correction if np.isfinite(total) else total
+
+
+@_kernel
+def plane_sums(x, y, size, mode, transform, mark, p, compensated, start, stop):
+    """The global pools' sums over whole planes (channels-first): ``y[i]`` from the ``size``
+    elements ``x[i]`` (float64 sums; compensated for float64).  mode AVERAGE divides by
+    ``size``, ROOT takes the p-th root."""
+    for i in range(start, stop):
+        if compensated:
+            scale = 1.0 / size if mode == AVERAGE else 1.0
+            value = _compensated_plane_total(x[i], size, scale, mark, p)
+            if mode == ROOT:
+                value = np.sqrt(value) if p == 2.0 else value ** (1.0 / p)
+            y[i] = narrow_to(value, y)
+            continue
+        total = _plane_total(x[i], size, transform, p)
+        if mode == AVERAGE:
+            value = total / size
+        elif p == 2.0:
+            value = np.sqrt(total)
+        else:
+            value = total ** (1.0 / p)
         y[i] = narrow_to(value, y)
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def scaled_plane_sums(x, y, size, p, start, stop):
     """GlobalLpPool without overflow or underflow: per plane, m = the largest |x|, then
     Y = m * (sum of (|x| / m) ** p) ** (1 / p); NaN propagates, a zero-size plane gives 0."""
@@ -426,19 +665,22 @@ def scaled_plane_sums(x, y, size, p, start, stop):
         y[i] = narrow_to(largest * total ** (1.0 / p), y)
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def global_max(x, y, size, channels, start, stop):
     """GlobalMaxPool over ``x`` as ``(outer, size, channels)``: ``y[outer, c]`` is the
-    element of the largest value (its bits kept), the first NaN if any; -inf for an empty
-    plane (the caller fills those).  Work items are outers."""
+    element of the largest value (its bits kept; the first of equal ones), or the first NaN
+    if any.  Work items are outers."""
     best = np.empty(channels, np.float64)
     winner = np.empty(channels, np.int64)
     for i in range(start, stop):
         row = x[i]
+        if channels == 1:
+            y[i, 0] = row[_plane_winner(row, size)]
+            continue
         for c in range(channels):
-            best[c] = -np.inf
+            best[c] = widen(row[c])
             winner[c] = c
-        for q in range(size):
+        for q in range(1, size):
             at = q * channels
             for c in range(channels):
                 v = widen(row[at + c])
@@ -447,3 +689,21 @@ def global_max(x, y, size, channels, start, stop):
                     winner[c] = at + c
         for c in range(channels):
             y[i, c] = row[winner[c]]
+
+
+@_helper
+def _plane_winner(row, size):
+    """The position of a plane's largest value (the first of equal ones), or of its first
+    NaN: one pass for the largest value and whether a NaN is there, in loops that vectorise,
+    then a search for the first position holding it."""
+    largest = -np.inf
+    nans = 0
+    for q in range(size):
+        v = widen(row[q])
+        largest = v if v > largest else largest
+        nans += v != v
+    for q in range(size):
+        v = widen(row[q])
+        if (v != v) if nans else (v == largest):
+            return q
+    return 0

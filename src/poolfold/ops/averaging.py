@@ -22,8 +22,8 @@ from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowPlan
 from ..kernels import kernel_threads, launch_split, split_parts
 from ..kernels.activation import IDENTITY, activate_in_place
-from ..kernels.window_sum import (ABS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
-                                  global_max, plane_sums, scaled_plane_sums,
+from ..kernels.window_sum import (ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
+                                  global_max, term_marker, plane_sums, scaled_plane_sums,
                                   scaled_window_sums, window_sums)
 from ..memory import allocate, check_size, check_table
 from ._common import as_tensor, flag
@@ -96,6 +96,8 @@ class WindowTables(NamedTuple):
     axes: np.ndarray  # (AXIS_ROWS, rank) int64, see poolfold.kernels.window_sum
     taps: np.ndarray  # (3, rank, width): first, lo, hi
     divisor: np.ndarray  # float64 per output position (AveragePool), or a dummy
+    axis_counts: np.ndarray  # (rank, width) float64: the per-axis factors of the divisor
+    inverse: np.ndarray  # 1 / divisor (inf for an empty window), what the kernels multiply by
 
 
 # A pass runs on running sums where windows overlap this much: each output then costs two
@@ -104,12 +106,38 @@ class WindowTables(NamedTuple):
 PREFIX_MIN_TAPS = 6
 
 
+def uses_running_sums(n: int, out: int, k: int) -> bool:
+    """Whether a plain pass over an axis of ``n`` inputs, ``out`` outputs and windows of
+    ``k`` taps subtracts running sums rather than adding each window's taps."""
+    return k >= PREFIX_MIN_TAPS and out * k > 3 * n
+
+
+def is_scaled(kind: str, dtype: np.dtype, p: float) -> bool:
+    """Whether LpPool takes the scaled sums (the ``(m, s)`` pairs) for ``dtype`` and ``p``."""
+    return kind == "lp" and (np.dtype(dtype).itemsize > 4 or p > PLAIN_LP_MAX_P)
+
+
+def running_sum_axes(plan: WindowPlan, dtype: np.dtype, kind: str,
+                     p: float = 2.0) -> tuple[bool, ...]:
+    """Per axis, whether :func:`pool_windows` reduces it by running sums.  Only plain sums
+    (float32, float16, bfloat16; not LpPool's scaled sums) ever do.  Unlike a window's own
+    taps, a running-sum pass's result depends on where its rows start, and a non-finite
+    value anywhere in a row turns the whole row to direct adds: poolfold.dask keeps such
+    axes whole."""
+    if np.dtype(dtype).itemsize == 8 or is_scaled(kind, dtype, p):
+        return (False,) * plan.rank
+    return tuple(uses_running_sums(n, out, k)
+                 for n, out, k in zip(plan.in_shape, plan.out_shape, plan.kernel))
+
+
 @functools.lru_cache(maxsize=256)
-def window_tables(plan: WindowPlan, divisor: str | None) -> WindowTables:
+def window_tables(plan: WindowPlan, divisor: str | None,
+                  running: tuple[bool, ...] | None = None) -> WindowTables:
     """The kernels' tables for ``plan``: per axis (size, outputs, kernel, stride, dilation,
     the outputs whose window is uncut, whether to use running sums), the tap table, and with
     ``divisor`` "valid" or "padded" the per-output-position count |V| or |P| (cached: a
-    model repeats its calls; the kernels only read these tables)."""
+    model repeats its calls; the kernels only read these tables).  ``running`` imposes the
+    running-sums choice per axis (poolfold.dask: a slab's passes as the whole tensor's)."""
     taps = plan.taps
     rank = plan.rank
     axes = np.zeros((AXIS_ROWS, rank), np.int64)
@@ -120,7 +148,7 @@ def window_tables(plan: WindowPlan, divisor: str | None) -> WindowTables:
         lo, hi = taps.lo[a, :out], taps.hi[a, :out]
         inside = np.flatnonzero((lo == 0) & (hi == k))
         uncut = (int(inside[0]), int(inside[-1]) + 1) if inside.size else (0, 0)
-        prefix = k >= PREFIX_MIN_TAPS and out * k > 3 * n
+        prefix = uses_running_sums(n, out, k) if running is None else bool(running[a])
         axes[:, a] = (n, out, k, s, d, *uncut, prefix)
         if divisor == "valid":
             counts.append(np.maximum(hi - lo, 0).astype(np.float64))
@@ -130,6 +158,9 @@ def window_tables(plan: WindowPlan, divisor: str | None) -> WindowTables:
             start = np.arange(out, dtype=np.int64) * s - pb
             counts.append(np.minimum(k, np.maximum(0, (n + pe - start + d - 1) // d))
                           .astype(np.float64))
+    axis_counts = np.ones((rank, taps.first.shape[1]), np.float64)
+    for a, count in enumerate(counts):
+        axis_counts[a, :count.size] = count
     if divisor is None:
         table = np.zeros(1, np.float64)
     else:
@@ -138,12 +169,14 @@ def window_tables(plan: WindowPlan, divisor: str | None) -> WindowTables:
         for count in counts:
             table = np.multiply.outer(table, count).ravel()
     tap_table = np.stack([taps.first, taps.lo, taps.hi])
-    for array in (axes, tap_table, table):
+    with np.errstate(divide="ignore"):
+        inverse = 1.0 / table
+    for array in (axes, tap_table, table, axis_counts, inverse):
         array.flags.writeable = False
-    return WindowTables(axes, tap_table, table)
+    return WindowTables(axes, tap_table, table, axis_counts, inverse)
 
 
-def _channel_block(plan: WindowPlan, channels: int) -> int:
+def channel_block_for(plan: WindowPlan, channels: int) -> int:
     """Channels per work item: a vector's worth at least, fewer than all when one sample's
     intermediate results would outgrow SCRATCH_BYTES."""
     if channels == 1:
@@ -166,8 +199,14 @@ def _check_scratch(label, plan: WindowPlan, block: int, pairs: bool) -> None:
 
 
 def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: bool, kind: str,
-                 count_include_pad: int = 0, p: float = 2.0) -> np.ndarray:
-    """AveragePool (``kind`` "average") or LpPool ("lp") of a validated input."""
+                 count_include_pad: int = 0, p: float = 2.0, *,
+                 running: tuple[bool, ...] | None = None,
+                 channel_block: int | None = None) -> np.ndarray:
+    """AveragePool (``kind`` "average") or LpPool ("lp") of a validated input.
+
+    ``running`` (per axis) and ``channel_block`` impose the passes' running-sums choice and
+    the channels-last work items' width instead of deriving them from ``plan``: poolfold.dask
+    pools a slab with the whole tensor's choices, so that every output has its bits."""
     layout = _layout(x.shape, channels_last)
     out_shape = _output_shape(x.shape, plan.out_shape, channels_last)
     check_size(label, "Y", out_shape, x.dtype)
@@ -176,7 +215,7 @@ def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: boo
         return y
     average = kind == "average"
     divisor = ("padded" if count_include_pad else "valid") if average else None
-    tables = window_tables(plan, divisor)
+    tables = window_tables(plan, divisor, running)
     if math.prod(plan.in_shape) == 0:  # every window empty: 0 / divisor, or LpPool's 0
         values = (np.where(tables.divisor > 0, 0.0, np.nan) if average
                   else np.zeros(math.prod(plan.out_shape)))
@@ -186,11 +225,13 @@ def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: boo
         else:
             y[...] = per_position.reshape((1, 1) + plan.out_shape)
         return y
-    block = _channel_block(plan, layout.channels)
-    scaled = not average and (x.dtype.itemsize > 4 or p > PLAIN_LP_MAX_P)
-    _check_scratch(label, plan, block, scaled)
+    block = channel_block_for(plan, layout.channels) if channel_block is None else min(
+        channel_block, layout.channels)
+    scaled = is_scaled(kind, x.dtype, p)
+    group = 1 if scaled or layout.channels > 1 else _plane_group(plan, layout.outer)
+    _check_scratch(label, plan, block * group, scaled)
     blocks = -(-layout.channels // block)
-    items = layout.outer * blocks
+    items = layout.outer * blocks if layout.channels > 1 else -(-layout.outer // group)
     xs = dtypes.value_view(np.ascontiguousarray(x)).reshape(layout.outer, -1)
     ys = dtypes.value_view(y).reshape(layout.outer, -1)
     work = x.size + y.size * 4
@@ -199,14 +240,29 @@ def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: boo
         launch_split(scaled_window_sums, items, xs, ys, tables.axes, tables.taps,
                      layout.channels, block, float(p), parts=parts)
         return y
-    if average:
-        mode, transform = AVERAGE, VALUE
-    else:
-        mode, transform = ROOT, ABS if p == 1 else SQUARE if p == 2 else POWER
-    launch_split(window_sums, items, xs, ys, tables.axes, tables.taps, tables.divisor,
-                 layout.channels, block, mode, transform, float(p), x.dtype.itemsize == 8,
-                 parts=parts)
+    mode, transform = _sum_mode("average" if average else "lp", p)
+    wide = x.dtype.itemsize == 8
+    # float64 averages are divided axis by axis (a float64 sum may overflow where the
+    # average does not), and summed with compensation
+    axis_counts = tables.axis_counts if average and wide else None
+    launch_split(window_sums, items, xs.reshape(-1), ys.reshape(-1), tables.axes,
+                 tables.taps, tables.inverse, axis_counts, layout.channels, block, group,
+                 AS_IS if axis_counts is not None else mode, term_marker(transform), float(p),
+                 _COMPENSATE if wide else None, parts=parts)
     return y
+
+
+# Channels-first planes are pooled this many elements at a time at most (several small
+# planes as one work item): their intermediate results stay in the core's own cache.
+GROUP_ELEMENTS = 16384
+
+
+def _plane_group(plan: WindowPlan, outers: int) -> int:
+    return int(max(1, min(outers, GROUP_ELEMENTS // max(1, math.prod(plan.in_shape)))))
+
+
+# The marker that asks window_sums to compensate its sums (float64 inputs).
+_COMPENSATE = np.empty(0, np.float64)
 
 
 def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
@@ -285,7 +341,7 @@ def pool_global(label: str, x: np.ndarray, channels_last: bool, kind: str,
     if kind == "max":
         launch_split(global_max, layout.outer, xs, ys, size, layout.channels, parts=parts)
         return y
-    scaled = kind == "lp" and (x.dtype.itemsize > 4 or p > PLAIN_LP_MAX_P)
+    scaled = is_scaled(kind, x.dtype, p)
     if layout.channels == 1:
         planes, outs = xs, ys.reshape(-1)
         if scaled:
@@ -294,7 +350,7 @@ def pool_global(label: str, x: np.ndarray, channels_last: bool, kind: str,
         else:
             mode, transform = _sum_mode(kind, p)
             launch_split(plane_sums, layout.outer, planes, outs, size, mode, transform,
-                         float(p), x.dtype.itemsize == 8, parts=parts)
+                         term_marker(transform), float(p), x.dtype.itemsize == 8, parts=parts)
         return y
     # channels-last: one window over the positions, the channels as the vectorised run
     plan = _whole_axis_plan(label, size)
@@ -307,9 +363,12 @@ def pool_global(label: str, x: np.ndarray, channels_last: bool, kind: str,
                      layout.channels, block, float(p), parts=parts)
     else:
         mode, transform = _sum_mode(kind, p)
-        launch_split(window_sums, items, xs, ys, tables.axes, tables.taps, tables.divisor,
-                     layout.channels, block, mode, transform, float(p),
-                     x.dtype.itemsize == 8, parts=parts)
+        wide = x.dtype.itemsize == 8
+        axis_counts = tables.axis_counts if kind == "average" and wide else None
+        launch_split(window_sums, items, xs.reshape(-1), ys.reshape(-1), tables.axes,
+                     tables.taps, tables.inverse, axis_counts, layout.channels, block, 1,
+                     AS_IS if axis_counts is not None else mode, term_marker(transform),
+                     float(p), _COMPENSATE if wide else None, parts=parts)
     return y
 
 

@@ -1,0 +1,801 @@
+"""AveragePool, LpPool, GlobalMaxPool, GlobalAveragePool, GlobalLpPool (ai.onnx and
+com.ms.internal.nhwc) against the exact oracle in tests/oracle.py.
+
+The contract is docs/semantics.md, "The averaging family": windows are MaxPool's; AveragePool
+divides the sum over V (the taps inside X) by |V|, or by |P| (the taps inside the padded
+extent) with count_include_pad; LpPool is (sum |x|^p)^(1/p) over V with no spurious overflow or
+underflow; NaN propagates, inf follows IEEE; empty windows give NaN / 0 / 0.  Any summation
+order is allowed, so results are compared with the exact value within the contract's bound
+(``oracle.assert_within_bound``): ``2 ulp_T(exact) + |V| u max|x over V|`` for AveragePool and
+``2 ulp_T(exact) + (|V| + 2) u exact`` for LpPool.  GlobalMaxPool must be exact.
+
+Cases come from fixed seeds (``np.random.default_rng(<constant>)``) so a failure reproduces;
+one hypothesis property test adds random geometry.  Differential tests against onnxruntime
+(float32 AveragePool, spatial rank <= 3, where the contract says ORT is right) and
+torch.nn.functional.avg_pool2d (when torch imports) use a tolerance that does not come from
+the oracle, so they check the oracle too.  Sizes are small: the oracle is pure Python.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+
+import oracle
+import poolfold
+from poolfold import PoolfoldError, PoolfoldTypeError
+
+F16 = np.dtype(np.float16)
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FLOATS = (F16, BF16, F32, F64)
+
+# the largest spatial size per axis, by spatial rank, so that the oracle stays fast
+MAX_DIM = {1: 14, 2: 7, 3: 5, 4: 4}
+
+
+# --------------------------------------------------------------------------------------------
+# cases
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    shape: tuple  # (N, C, D1..Dr)
+    kernel: list
+    strides: list | None = None
+    pads: list | None = None
+    dilations: list | None = None
+    auto_pad: str = "NOTSET"
+    ceil_mode: int = 0
+    count_include_pad: int = 0
+    p: int = 2
+    dtype: np.dtype = F32
+    specials: bool = False  # NaN / +inf / -inf sprinkled in
+    scale: float = 4.0
+    seed: int = 0
+    name: str = field(default="")
+
+    @property
+    def geometry(self) -> dict:
+        """The window attributes, as keyword arguments (None ones left out)."""
+        kw = dict(strides=self.strides, pads=self.pads, dilations=self.dilations)
+        kw = {k: v for k, v in kw.items() if v is not None}
+        kw["auto_pad"] = self.auto_pad
+        kw["ceil_mode"] = self.ceil_mode
+        return kw
+
+    def data(self) -> np.ndarray:
+        return make_data(self.shape, self.dtype, self.seed, self.specials, self.scale)
+
+    def __str__(self):
+        parts = [self.name] if self.name else []
+        parts += [f"x{list(self.shape)}", f"k{self.kernel}"]
+        if self.strides:
+            parts.append(f"s{self.strides}")
+        if self.pads:
+            parts.append(f"p{self.pads}")
+        if self.dilations:
+            parts.append(f"d{self.dilations}")
+        if self.auto_pad != "NOTSET":
+            parts.append(self.auto_pad)
+        if self.ceil_mode:
+            parts.append("ceil")
+        if self.count_include_pad:
+            parts.append("cip")
+        parts.append(self.dtype.name)
+        if self.specials:
+            parts.append("specials")
+        return "-".join(parts)
+
+
+def make_data(shape, dtype, seed, specials=False, scale=4.0) -> np.ndarray:
+    """Normal values (times ``scale``) with some small integers (exact ties and cancellations),
+    and, with ``specials``, about 4% each of NaN, +inf and -inf."""
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal(shape) * scale
+    ints = rng.random(shape) < 0.3
+    values[ints] = rng.integers(-3, 4, size=int(ints.sum()))
+    if specials:
+        pick = rng.random(shape)
+        values[pick < 0.04] = np.nan
+        values[(pick >= 0.04) & (pick < 0.08)] = np.inf
+        values[(pick >= 0.08) & (pick < 0.12)] = -np.inf
+    return values.astype(dtype)
+
+
+def fits(case: Case) -> bool:
+    """Every axis holds at least one window (else the op must refuse: tested separately)."""
+    return oracle.max_pool_geometry(case.shape[2:], case.kernel, case.strides, case.pads,
+                                    case.dilations, case.auto_pad, case.ceil_mode) is not None
+
+
+def random_cases(seed: int, count: int, *, op: str) -> list[Case]:
+    """``count`` valid cases drawn from ``np.random.default_rng(seed)``: spatial ranks 1-4,
+    kernels 1..7, strides 1..3, dilations 1..3, pads up to and past the kernel, every auto_pad,
+    ceil_mode, count_include_pad (AveragePool) or p in {1, 2, 3} (LpPool), every float type."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    while len(cases) < count:
+        i = len(cases)
+        r = [1, 2, 3, 4, 1, 2][i % 6]
+        spatial = [int(rng.integers(1, MAX_DIM[r] + 1)) for _ in range(r)]
+        kmax = 7 if r <= 2 else 3
+        kernel = [int(rng.integers(1, kmax + 1)) for _ in range(r)]
+        strides = [int(rng.integers(1, 4)) for _ in range(r)] if rng.random() < 0.7 else None
+        dilations = ([int(rng.integers(1, 4)) for _ in range(r)]
+                     if rng.random() < 0.35 else None)
+        auto_pad = str(rng.choice(["NOTSET"] * 5 + ["SAME_UPPER", "SAME_LOWER", "VALID"]))
+        pads = None
+        if auto_pad == "NOTSET" and rng.random() < 0.7:
+            # mostly below the kernel, sometimes at or past it
+            pads = [int(rng.integers(0, kernel[a % r] + (2 if rng.random() < 0.2 else 0)))
+                    for a in range(2 * r)]
+        case = Case(
+            shape=(int(rng.integers(1, 3)), int(rng.integers(1, 3)), *spatial),
+            kernel=kernel, strides=strides, pads=pads, dilations=dilations, auto_pad=auto_pad,
+            ceil_mode=int(rng.random() < 0.4),
+            count_include_pad=int(rng.random() < 0.5) if op == "average" else 0,
+            p=int(rng.integers(1, 4)),
+            dtype=FLOATS[i % 4],
+            specials=bool(rng.random() < 0.3),
+            seed=int(rng.integers(0, 2**31)),
+            name=f"r{i}",
+        )
+        if fits(case):
+            cases.append(case)
+    return cases
+
+
+# Hand-picked cases for the rules most likely to go wrong, then the random ones.
+EDGE_CASES = [
+    Case((1, 1, 4), [2], name="spec1d"),
+    Case((1, 1, 7, 5), [3, 3], strides=[3, 1], ceil_mode=1, name="ceil-overhang"),
+    Case((1, 1, 7, 5), [3, 3], strides=[3, 1], ceil_mode=1, count_include_pad=1,
+         name="ceil-overhang"),
+    Case((2, 3, 5, 6), [3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1,
+         count_include_pad=1, name="ceil-pads"),
+    Case((1, 2, 4), [1], pads=[3, 2], name="pads-past-kernel"),
+    Case((1, 2, 4), [1], pads=[3, 2], count_include_pad=1, name="pads-past-kernel"),
+    Case((1, 1, 3, 3), [2, 2], pads=[2, 3, 3, 2], count_include_pad=1, dtype=F64,
+         name="pads-past-kernel"),
+    Case((1, 1, 5), [2], dilations=[4], pads=[3, 3], name="empty-by-dilation"),
+    Case((1, 1, 5), [2], dilations=[4], pads=[3, 3], count_include_pad=1,
+         name="empty-by-dilation"),
+    Case((1, 2, 6, 5), [3, 2], dilations=[2, 2], auto_pad="SAME_UPPER", count_include_pad=1,
+         name="same-dilation"),
+    Case((1, 2, 6, 5), [3, 2], dilations=[2, 2], auto_pad="SAME_LOWER", count_include_pad=1,
+         name="same-dilation"),
+    Case((1, 1, 7), [2], strides=[5], auto_pad="SAME_UPPER", count_include_pad=1,
+         name="same-stride-past-kernel"),
+    Case((1, 1, 6, 4), [3, 2], strides=[2, 3], auto_pad="VALID", ceil_mode=1,
+         name="valid-ceil"),
+    Case((1, 2, 45), [40], strides=[2], dtype=F16, scale=1.0, name="long-window"),
+    Case((1, 2, 45), [40], strides=[3], pads=[5, 5], count_include_pad=1, dtype=BF16,
+         name="long-window"),
+    Case((1, 1, 45), [40], dtype=F32, specials=True, name="long-window"),
+    Case((1, 1, 3, 4, 3, 3), [2, 3, 2, 2], strides=[1, 2, 1, 2], pads=[1, 0, 1, 1, 0, 1, 0, 1],
+         ceil_mode=1, count_include_pad=1, dtype=F64, name="4d"),
+    Case((2, 1, 4, 3, 4, 3), [2, 2, 3, 1], dilations=[2, 1, 1, 2], auto_pad="SAME_LOWER",
+         dtype=BF16, name="4d"),
+    Case((1, 3, 4, 4, 4), [2, 2, 2], strides=[2, 2, 2], dtype=F16, specials=True, name="3d"),
+    Case((1, 1, 7, 7), [7, 7], dtype=F32, name="kernel-7"),
+    Case((1, 1, 9), [7], strides=[3], pads=[6, 6], ceil_mode=1, count_include_pad=1,
+         dtype=F64, name="kernel-7"),
+]
+for _i, _c in enumerate(EDGE_CASES):
+    _c.seed = 1000 + _i
+
+AVERAGE_CASES = EDGE_CASES + random_cases(20240601, 110, op="average")
+LP_CASES = [Case(**{**c.__dict__, "count_include_pad": 0, "p": 1 + i % 3})
+            for i, c in enumerate(EDGE_CASES) if not c.count_include_pad]
+LP_CASES += random_cases(20240602, 70, op="lp")
+
+
+def ids(cases):
+    return [str(c) for c in cases]
+
+
+# --------------------------------------------------------------------------------------------
+# AveragePool and LpPool, ai.onnx
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", AVERAGE_CASES, ids=ids(AVERAGE_CASES))
+def test_average_pool(case):
+    x = case.data()
+    want, info = oracle.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
+                                     **case.geometry)
+    got = poolfold.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
+                                **case.geometry)
+    oracle.assert_within_bound(got, want, info, case.dtype, "average")
+
+
+@pytest.mark.parametrize("case", LP_CASES, ids=[f"{c}-p{c.p}" for c in LP_CASES])
+def test_lp_pool(case):
+    x = case.data()
+    want, info = oracle.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+    got = poolfold.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+    oracle.assert_within_bound(got, want, info, case.dtype, "lp")
+
+
+def test_average_pool_defaults():
+    """Only kernel_shape: strides 1, no pads, count_include_pad 0, floor mode."""
+    x = make_data((2, 3, 6, 5), F32, 5)
+    want, info = oracle.average_pool(x, [2, 3])
+    oracle.assert_within_bound(poolfold.average_pool(x, [2, 3]), want, info, F32, "average")
+    want, info = oracle.lp_pool(x, [2, 3])  # p = 2
+    oracle.assert_within_bound(poolfold.lp_pool(x, [2, 3]), want, info, F32, "lp")
+
+
+@pytest.mark.parametrize("op", ["average", "lp"])
+def test_unusual_memory_layouts(op):
+    """A transposed, strided, read-only view is read by its values, not its buffer."""
+    base = make_data((6, 7, 3, 2), F32, 11, specials=True)
+    x = base.transpose(3, 2, 1, 0)[:, :, ::2, 1:]  # (2, 3, 4, 5), not contiguous
+    x.flags.writeable = False
+    kw = dict(strides=[2, 1], pads=[1, 0, 1, 2], ceil_mode=1)
+    if op == "average":
+        want, info = oracle.average_pool(x, [3, 2], count_include_pad=1, **kw)
+        got = poolfold.average_pool(x, [3, 2], count_include_pad=1, **kw)
+    else:
+        want, info = oracle.lp_pool(x, [3, 2], p=3, **kw)
+        got = poolfold.lp_pool(x, [3, 2], p=3, **kw)
+    oracle.assert_within_bound(got, want, info, F32, op)
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 5, 4), (2, 0, 5, 4), (0, 0, 5)])
+@pytest.mark.parametrize("dtype", [F32, BF16])
+def test_empty_batches(shape, dtype):
+    """N = 0 or C = 0: an empty output of the right shape and type."""
+    x = np.zeros(shape, dtype=dtype)
+    kernel = [2] * (len(shape) - 2)
+    for fn, ofn in ((poolfold.average_pool, oracle.average_pool),
+                    (poolfold.lp_pool, oracle.lp_pool)):
+        want, _ = ofn(x, kernel, strides=[2] * len(kernel), ceil_mode=1)
+        got = fn(x, kernel, strides=[2] * len(kernel), ceil_mode=1)
+        assert got.dtype == dtype and got.shape == want.shape, (got.dtype, got.shape)
+    for fn in (poolfold.global_max_pool, poolfold.global_average_pool, poolfold.global_lp_pool):
+        got = fn(x)
+        assert got.dtype == dtype and got.shape == shape[:2] + (1,) * (len(shape) - 2)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_every_window_empty(dtype):
+    """Windows made only of padding: AveragePool NaN (count_include_pad 0) or 0 (1); LpPool 0."""
+    x = make_data((1, 2, 3), dtype, 3)
+    kw = dict(pads=[4, 4], strides=[3])  # windows at -4, -1, 2, 5: two empty
+    for cip in (0, 1):
+        want, info = oracle.average_pool(x, [2], count_include_pad=cip, **kw)
+        assert np.isnan(want).any() == (cip == 0)
+        got = poolfold.average_pool(x, [2], count_include_pad=cip, **kw)
+        oracle.assert_within_bound(got, want, info, dtype, "average")
+    want, info = oracle.lp_pool(x, [2], **kw)
+    oracle.assert_within_bound(poolfold.lp_pool(x, [2], **kw), want, info, dtype, "lp")
+
+
+# ------------------------------------------------------------ magnitudes: no spurious overflow
+
+
+LP_MAGNITUDE_CASES = [
+    # (dtype, value, p): |x|^p leaves the float32 (or float64) range, Y does not
+    (F32, 1e20, 2), (F32, 1e20, 3), (F32, 3e38, 2), (F32, 1e-30, 2), (F32, 1e-30, 3),
+    (F32, 1e-40, 2),  # subnormal inputs
+    (F64, 1e200, 2), (F64, 1e200, 3), (F64, 1e-200, 2), (F64, 1e-300, 3),
+    (BF16, 1e20, 2), (BF16, 1e30, 3), (BF16, 1e-30, 2),
+    (F16, 300.0, 2), (F16, 30000.0, 3), (F16, 1e-3, 3), (F16, 6e-8, 2),
+    (F16, 60000.0, 2),  # Y = 120000 is past float16's largest: inf (or the bound)
+]
+
+
+@pytest.mark.parametrize("dtype,value,p", LP_MAGNITUDE_CASES,
+                         ids=[f"{d.name}-{v:g}-p{p}" for d, v, p in LP_MAGNITUDE_CASES])
+def test_lp_pool_large_and_tiny(dtype, value, p):
+    rng = np.random.default_rng(42)
+    # a 3x3 plane of +-value times factors in [0.5, 1], and one window with a zero
+    signs = rng.choice([-1.0, 1.0], size=(1, 2, 3, 3))
+    x = (signs * value * rng.uniform(0.5, 1.0, size=(1, 2, 3, 3))).astype(dtype)
+    x[0, 1, 0, 0] = 0
+    kw = dict(pads=[0, 0, 1, 1], ceil_mode=0)
+    want, info = oracle.lp_pool(x, [2, 2], p=p, **kw)
+    oracle.assert_within_bound(poolfold.lp_pool(x, [2, 2], p=p, **kw), want, info, dtype, "lp")
+    want, info = oracle.global_lp_pool(x, p=p)
+    oracle.assert_within_bound(poolfold.global_lp_pool(x, p=p), want, info, dtype, "lp")
+
+
+def test_lp_pool_mixed_magnitudes():
+    """One window holding 1e20 and 1: the small term must not turn a finite Y into inf/NaN."""
+    x = np.array([1e20, 1.0, -1e-20, 3e19, 0.0], dtype=np.float32).reshape(1, 1, 5)
+    for p in (1, 2, 3):
+        want, info = oracle.lp_pool(x, [2], p=p, pads=[1, 1])
+        oracle.assert_within_bound(poolfold.lp_pool(x, [2], p=p, pads=[1, 1]), want, info, F32,
+                                   "lp")
+
+
+@pytest.mark.parametrize("dtype,value", [(F32, 3e38), (F64, 1.5e308), (F16, 60000.0),
+                                         (BF16, 3e38)])
+def test_average_pool_no_spurious_overflow(dtype, value):
+    """The sum leaves T's (and float32's) range, the average does not: the contract's bound
+    (|V| u max|x|) leaves no room for inf."""
+    x = np.full((1, 1, 4, 4), value, dtype=dtype)
+    x[0, 0, 0, 0] = -value
+    want, info = oracle.average_pool(x, [3, 3], pads=[1, 1, 1, 1])
+    assert np.isfinite(want).all()
+    oracle.assert_within_bound(poolfold.average_pool(x, [3, 3], pads=[1, 1, 1, 1]), want, info,
+                               dtype, "average")
+    want, info = oracle.global_average_pool(x)
+    oracle.assert_within_bound(poolfold.global_average_pool(x), want, info, dtype, "average")
+
+
+# --------------------------------------------------------------------------------------------
+# versions
+# --------------------------------------------------------------------------------------------
+
+# (opset, what that version accepts beyond kernel/strides/pads/auto_pad)
+AVERAGE_OPSETS = [(1, ()), (7, ("cip",)), (10, ("cip", "ceil")), (11, ("cip", "ceil")),
+                  (19, ("cip", "ceil", "dil")), (22, ("cip", "ceil", "dil")),
+                  (None, ("cip", "ceil", "dil"))]
+
+
+@pytest.mark.parametrize("opset,has", AVERAGE_OPSETS)
+def test_average_pool_versions(opset, has):
+    x = make_data((1, 2, 7, 6), F16, 17, specials=True)
+    kw = dict(strides=[2, 2], pads=[1, 1, 2, 1])
+    full = dict(kw)
+    if "cip" in has:
+        full["count_include_pad"] = 1
+    if "ceil" in has:
+        full["ceil_mode"] = 1
+    if "dil" in has:
+        full["dilations"] = [2, 1]
+    want, info = oracle.average_pool(x, [3, 2], **full)
+    got = poolfold.average_pool(x, [3, 2], opset=opset, **full)
+    oracle.assert_within_bound(got, want, info, F16, "average")
+
+
+@pytest.mark.parametrize("opset,p", [(1, 1.5), (1, 2.0), (2, 2), (2, 3), (11, 1), (18, 3),
+                                     (22, 2)])
+def test_lp_pool_versions(opset, p):
+    """LpPool-1 takes a float p; from version 2 p is an int.  ceil_mode / dilations from 18."""
+    x = make_data((1, 2, 6, 7), F32, 23)
+    kw = dict(strides=[2, 1], pads=[1, 0, 0, 2])
+    if opset >= 18:
+        kw.update(ceil_mode=1, dilations=[1, 2])
+    want, info = oracle.lp_pool(x, [2, 3], p=p, **kw)
+    oracle.assert_within_bound(poolfold.lp_pool(x, [2, 3], p=p, opset=opset, **kw), want, info,
+                               F32, "lp")
+    want, info = oracle.global_lp_pool(x, p=p)
+    oracle.assert_within_bound(poolfold.global_lp_pool(x, p=p, opset=opset), want, info, F32,
+                               "lp")
+
+
+# --------------------------------------------------------------------------------------------
+# global ops
+# --------------------------------------------------------------------------------------------
+
+GLOBAL_OPS = [
+    (poolfold.global_max_pool, oracle.global_max_pool, "max"),
+    (poolfold.global_average_pool, oracle.global_average_pool, "average"),
+    (poolfold.global_lp_pool, oracle.global_lp_pool, "lp"),
+]
+GLOBAL_SHAPES = [(2, 3, 7), (1, 2, 40), (2, 2, 5, 6), (1, 3, 3, 4, 5), (1, 2, 2, 3, 2, 3),
+                 (1, 1, 64, 64), (2, 1, 1, 1), (1, 2, 0), (2, 1, 3, 0, 2)]
+
+
+@pytest.mark.parametrize("shape", GLOBAL_SHAPES, ids=[str(list(s)) for s in GLOBAL_SHAPES])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_global_ops(shape, dtype):
+    seed = sum(shape) * 7 + FLOATS.index(dtype)
+    for specials in (False, True):
+        x = make_data(shape, dtype, seed, specials=specials)
+        for fn, ofn, kind in GLOBAL_OPS:
+            want, info = ofn(x)
+            got = fn(x)
+            oracle.assert_within_bound(got, want, info, dtype, kind)
+        for p in (1, 3):
+            want, info = oracle.global_lp_pool(x, p=p)
+            oracle.assert_within_bound(poolfold.global_lp_pool(x, p=p), want, info, dtype, "lp")
+
+
+@pytest.mark.parametrize("opset", [1, 2, 21, 22, None])
+def test_global_versions(opset):
+    """GlobalMaxPool / GlobalAveragePool 1, 22; GlobalLpPool 1, 2, 22 (p = 2 by default)."""
+    x = make_data((2, 2, 3, 4), F64, 29)
+    for fn, ofn, kind in GLOBAL_OPS:
+        want, info = ofn(x)
+        oracle.assert_within_bound(fn(x, opset=opset), want, info, F64, kind)
+
+
+def test_global_max_pool_nan_and_inf_rows():
+    """Each channel its own case: NaN anywhere -> NaN; only -inf -> -inf; +inf -> +inf."""
+    x = np.array([[1, 2, np.nan, 4], [-np.inf, -np.inf, -np.inf, -np.inf],
+                  [np.inf, np.nan, 0, 1], [-1, np.inf, -np.inf, 5]], dtype=np.float32)
+    x = x.reshape(1, 4, 2, 2)
+    for fn, ofn, kind in GLOBAL_OPS:
+        want, info = ofn(x)
+        oracle.assert_within_bound(fn(x), want, info, F32, kind)
+
+
+# --------------------------------------------------------------------------------------------
+# com.ms.internal.nhwc
+# --------------------------------------------------------------------------------------------
+
+
+def to_nhwc(a):
+    return np.moveaxis(a, 1, -1)
+
+
+def to_nchw(a):
+    return np.moveaxis(a, -1, 1)
+
+
+NHWC_CASES = [c for c in AVERAGE_CASES if c.dtype != BF16][::6]  # nhwc has no bfloat16
+
+
+@pytest.mark.parametrize("case", NHWC_CASES, ids=ids(NHWC_CASES))
+def test_nhwc_average_and_lp_pool(case):
+    x = np.ascontiguousarray(to_nhwc(case.data()))
+    want, info = oracle.average_pool(to_nchw(x), case.kernel,
+                                     count_include_pad=case.count_include_pad, **case.geometry)
+    got = poolfold.nhwc.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
+                                     **case.geometry)
+    oracle.assert_within_bound(got, np.ascontiguousarray(to_nhwc(want)),
+                               oracle.BoundInfo(to_nhwc(info.count), to_nhwc(info.maxabs)),
+                               case.dtype, "average")
+    want, info = oracle.lp_pool(to_nchw(x), case.kernel, p=case.p, **case.geometry)
+    got = poolfold.nhwc.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+    oracle.assert_within_bound(got, to_nhwc(want),
+                               oracle.BoundInfo(to_nhwc(info.count), to_nhwc(info.maxabs)),
+                               case.dtype, "lp")
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 3), (1, 4, 3, 2), (2, 0, 3, 2), (1, 2, 3, 2, 5)])
+@pytest.mark.parametrize("dtype", [F16, F32, F64])
+def test_nhwc_global_ops(shape, dtype):
+    x = make_data(shape, dtype, 31, specials=True)  # channels-last
+    ops = [(poolfold.nhwc.global_max_pool, oracle.global_max_pool, "max"),
+           (poolfold.nhwc.global_average_pool, oracle.global_average_pool, "average"),
+           (poolfold.nhwc.global_lp_pool, oracle.global_lp_pool, "lp")]
+    for fn, ofn, kind in ops:
+        want, info = ofn(to_nchw(x))
+        oracle.assert_within_bound(fn(x), to_nhwc(want),
+                                   oracle.BoundInfo(to_nhwc(info.count), to_nhwc(info.maxabs)),
+                                   dtype, kind)
+
+
+# Monotone non-decreasing activations: Y's admissible interval maps to an interval.
+ACTIVATIONS = [
+    ("Relu", None, lambda v: np.maximum(v, 0.0)),
+    ("LeakyRelu", [0.25], lambda v: np.where(v >= 0, v, 0.25 * v)),
+    ("Clip", [-0.5, 0.75], lambda v: np.minimum(np.maximum(v, -0.5), 0.75)),
+    ("HardSigmoid", [0.5, 0.25], lambda v: np.maximum(0.0, np.minimum(1.0, 0.5 * v + 0.25))),
+    ("Tanh", None, np.tanh),
+    ("Sigmoid", None, lambda v: 1.0 / (1.0 + np.exp(-v))),
+]
+
+
+@pytest.mark.parametrize("name,params,formula", ACTIVATIONS, ids=[a[0] for a in ACTIVATIONS])
+@pytest.mark.parametrize("dtype", [F16, F32, F64])
+def test_nhwc_average_pool_activation(name, params, formula, dtype):
+    """nhwc AveragePool with an activation: activation(Y), Y as the average's contract says.
+
+    Y may be anywhere in [exact - bound, exact + bound]; the activation is non-decreasing, so
+    the result must lie in [f(lo), f(hi)], give or take a rounding to T (2 ulp_T)."""
+    x = make_data((2, 6, 5, 3), dtype, 37, scale=1.5)  # N, H, W, C; finite
+    kw = dict(strides=[2, 1], pads=[1, 1, 0, 1], ceil_mode=1, count_include_pad=1)
+    want, info = oracle.average_pool(to_nchw(x), [3, 2], **kw)
+    want, count, maxabs = to_nhwc(want), to_nhwc(info.count), to_nhwc(info.maxabs)
+    u = 2.0 ** -53 if dtype == F64 else 2.0 ** -24
+    bound = 2 * oracle.ulp(want, dtype) + count * u * maxabs
+    lo, hi = formula(want - bound), formula(want + bound)
+    got = poolfold.nhwc.average_pool(x, [3, 2], activation=name, activation_params=params, **kw)
+    assert got.dtype == dtype and got.shape == want.shape
+    g = got.astype(np.float64)
+    slack = 2 * np.maximum(oracle.ulp(lo, dtype), oracle.ulp(hi, dtype)) + 4e-16
+    bad = ~((g >= lo - slack) & (g <= hi + slack))
+    assert not bad.any(), (f"{bad.sum()} outside; first at {np.argwhere(bad)[0]}: "
+                           f"got {g[bad][0]!r}, want in [{lo[bad][0]!r}, {hi[bad][0]!r}]")
+
+
+# --------------------------------------------------------------------------------------------
+# errors
+# --------------------------------------------------------------------------------------------
+
+X2 = make_data((1, 2, 6, 6), F32, 41)
+X2_BF16 = X2.astype(BF16)
+
+
+def _error_cases():
+    """(id, call, error type, op label, words the message must also hold)."""
+    pf, nhwc = poolfold, poolfold.nhwc
+    cases = [
+        # attributes a version lacks
+        ("avg11-dilations", lambda: pf.average_pool(X2, [2, 2], dilations=[2, 2], opset=11),
+         PoolfoldError, "AveragePool-11", ["dilations"]),
+        ("avg7-ceil_mode", lambda: pf.average_pool(X2, [2, 2], ceil_mode=1, opset=7),
+         PoolfoldError, "AveragePool-7", ["ceil_mode"]),
+        ("avg9-ceil_mode", lambda: pf.average_pool(X2, [2, 2], ceil_mode=1, opset=9),
+         PoolfoldError, "AveragePool-7", ["ceil_mode"]),
+        ("avg1-count_include_pad",
+         lambda: pf.average_pool(X2, [2, 2], count_include_pad=1, opset=1),
+         PoolfoldError, "AveragePool-1", ["count_include_pad"]),
+        ("lp11-dilations", lambda: pf.lp_pool(X2, [2, 2], dilations=[2, 2], opset=11),
+         PoolfoldError, "LpPool-11", ["dilations"]),
+        ("lp11-ceil_mode", lambda: pf.lp_pool(X2, [2, 2], ceil_mode=1, opset=11),
+         PoolfoldError, "LpPool-11", ["ceil_mode"]),
+        ("nhwc-avg11-dilations",
+         lambda: nhwc.average_pool(to_nhwc(X2), [2, 2], dilations=[2, 2], opset=11),
+         PoolfoldError, "AveragePool-11", ["dilations"]),
+        # types a version lacks
+        ("avg19-bfloat16", lambda: pf.average_pool(X2_BF16, [2, 2], opset=19),
+         PoolfoldTypeError, "AveragePool-19", []),
+        ("lp18-bfloat16", lambda: pf.lp_pool(X2_BF16, [2, 2], opset=18),
+         PoolfoldTypeError, "LpPool-18", []),
+        ("gmax1-bfloat16", lambda: pf.global_max_pool(X2_BF16, opset=21),
+         PoolfoldTypeError, "GlobalMaxPool-1", []),
+        ("gavg1-bfloat16", lambda: pf.global_average_pool(X2_BF16, opset=21),
+         PoolfoldTypeError, "GlobalAveragePool-1", []),
+        ("glp2-bfloat16", lambda: pf.global_lp_pool(X2_BF16, opset=21),
+         PoolfoldTypeError, "GlobalLpPool-2", []),
+        ("nhwc-avg-bfloat16", lambda: nhwc.average_pool(to_nhwc(X2_BF16), [2, 2]),
+         PoolfoldTypeError, "AveragePool-19", []),
+        ("nhwc-lp-bfloat16", lambda: nhwc.lp_pool(to_nhwc(X2_BF16), [2, 2]),
+         PoolfoldTypeError, "LpPool-18", []),
+        # p
+        ("lp-p0", lambda: pf.lp_pool(X2, [2, 2], p=0), PoolfoldError, "LpPool-22", ["p"]),
+        ("lp-p-negative", lambda: pf.lp_pool(X2, [2, 2], p=-2), PoolfoldError, "LpPool-22",
+         ["p"]),
+        ("lp1-p0", lambda: pf.lp_pool(X2, [2, 2], p=0.0, opset=1), PoolfoldError, "LpPool-1",
+         ["p"]),
+        ("glp-p0", lambda: pf.global_lp_pool(X2, p=0), PoolfoldError, "GlobalLpPool-22",
+         ["p"]),
+        ("nhwc-lp-p0", lambda: nhwc.lp_pool(to_nhwc(X2), [2, 2], p=0), PoolfoldError,
+         "LpPool-18", ["p"]),
+        # rank < 3
+        ("avg-rank2", lambda: pf.average_pool(X2[0, 0], [2]), PoolfoldError, "AveragePool-22",
+         []),
+        ("lp-rank2", lambda: pf.lp_pool(X2[0, 0], [2]), PoolfoldError, "LpPool-22", []),
+        ("gmax-rank2", lambda: pf.global_max_pool(X2[0, 0]), PoolfoldError,
+         "GlobalMaxPool-22", []),
+        ("gavg-rank1", lambda: pf.global_average_pool(X2[0, 0, 0]), PoolfoldError,
+         "GlobalAveragePool-22", []),
+        ("glp-rank2", lambda: pf.global_lp_pool(X2[0, 0]), PoolfoldError, "GlobalLpPool-22",
+         []),
+        ("nhwc-gavg-rank2", lambda: nhwc.global_average_pool(X2[0, 0]), PoolfoldError,
+         "GlobalAveragePool", []),
+        # windows: MaxPool's rules
+        ("avg-no-window-fits", lambda: pf.average_pool(X2, [7, 2]), PoolfoldError,
+         "AveragePool-22", []),
+        ("lp-pads-with-same", lambda: pf.lp_pool(X2, [2, 2], pads=[1, 0, 0, 0],
+                                                 auto_pad="SAME_UPPER"),
+         PoolfoldError, "LpPool-22", ["pads"]),
+    ]
+    for dtype in (np.int8, np.uint8, np.int32, np.int64, np.bool_):
+        xi = np.zeros((1, 1, 4, 4), dtype=dtype)
+        name = np.dtype(dtype).name
+        cases += [
+            (f"avg-{name}", lambda xi=xi: pf.average_pool(xi, [2, 2]), PoolfoldTypeError,
+             "AveragePool-22", []),
+            (f"lp-{name}", lambda xi=xi: pf.lp_pool(xi, [2, 2]), PoolfoldTypeError,
+             "LpPool-22", []),
+            (f"gmax-{name}", lambda xi=xi: pf.global_max_pool(xi), PoolfoldTypeError,
+             "GlobalMaxPool-22", []),
+        ]
+    cases += [
+        ("gavg-int8", lambda: pf.global_average_pool(np.zeros((1, 1, 2), np.int8)),
+         PoolfoldTypeError, "GlobalAveragePool-22", []),
+        ("glp-uint8", lambda: pf.global_lp_pool(np.zeros((1, 1, 2), np.uint8)),
+         PoolfoldTypeError, "GlobalLpPool-22", []),
+        ("nhwc-avg-int8", lambda: nhwc.average_pool(np.zeros((1, 4, 4, 1), np.int8), [2, 2]),
+         PoolfoldTypeError, "AveragePool-19", []),
+    ]
+    return cases
+
+
+ERROR_CASES = _error_cases()
+
+
+@pytest.mark.parametrize("call,cls,label,words", [c[1:] for c in ERROR_CASES],
+                         ids=[c[0] for c in ERROR_CASES])
+def test_errors(call, cls, label, words):
+    with pytest.raises(cls) as raised:
+        call()
+    message = str(raised.value)
+    assert isinstance(raised.value, ValueError if cls is PoolfoldError else TypeError)
+    assert re.search(rf"\b{re.escape(label)}\b", message), f"{label!r} not in {message!r}"
+    for word in words:
+        assert re.search(rf"\b{word}\b", message), f"{word!r} not in {message!r}"
+
+
+@pytest.mark.parametrize("p", [2.5, 0.5])
+def test_lp_pool_non_integer_p_from_version_2(p):
+    """p is an int from LpPool-2 (an error of either kind, naming the op and p)."""
+    for call, label in ((lambda: poolfold.lp_pool(X2, [2, 2], p=p), "LpPool-22"),
+                        (lambda: poolfold.lp_pool(X2, [2, 2], p=p, opset=2), "LpPool-2"),
+                        (lambda: poolfold.global_lp_pool(X2, p=p), "GlobalLpPool-22")):
+        with pytest.raises((PoolfoldError, PoolfoldTypeError)) as raised:
+            call()
+        assert re.search(rf"\b{re.escape(label)}\b", str(raised.value)), str(raised.value)
+
+
+# --------------------------------------------------------------------------------------------
+# a property test
+# --------------------------------------------------------------------------------------------
+
+
+@st.composite
+def property_cases(draw):
+    r = draw(st.integers(1, 3))
+    dims = st.lists(st.integers(1, {1: 10, 2: 6, 3: 4}[r]), min_size=r, max_size=r)
+    small = lambda lo, hi: st.lists(st.integers(lo, hi), min_size=r, max_size=r)  # noqa: E731
+    spatial = draw(dims)
+    kernel = draw(small(1, 4))
+    auto_pad = draw(st.sampled_from(["NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))
+    pads = draw(st.lists(st.integers(0, 5), min_size=2 * r, max_size=2 * r)) \
+        if auto_pad == "NOTSET" else None
+    case = Case(
+        shape=(draw(st.integers(0, 2)), draw(st.integers(1, 2)), *spatial),
+        kernel=kernel,
+        strides=draw(st.none() | small(1, 3)),
+        pads=pads,
+        dilations=draw(st.none() | small(1, 3)),
+        auto_pad=auto_pad,
+        ceil_mode=draw(st.integers(0, 1)),
+        count_include_pad=draw(st.integers(0, 1)),
+        p=draw(st.integers(1, 3)),
+        dtype=draw(st.sampled_from(FLOATS)),
+        specials=draw(st.booleans()),
+        scale=draw(st.sampled_from([1.0, 1e3, 1e-3])),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )
+    return case
+
+
+@settings(max_examples=60, deadline=None)
+@given(property_cases())
+def test_property_average_and_lp_pool(case):
+    note(str(case))
+    x = case.data()
+    if not fits(case):
+        with pytest.raises(PoolfoldError, match=r"\bAveragePool-22\b"):
+            poolfold.average_pool(x, case.kernel, **case.geometry)
+        return
+    want, info = oracle.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
+                                     **case.geometry)
+    got = poolfold.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
+                                **case.geometry)
+    oracle.assert_within_bound(got, want, info, case.dtype, "average")
+    want, info = oracle.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+    got = poolfold.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+    oracle.assert_within_bound(got, want, info, case.dtype, "lp")
+
+
+# --------------------------------------------------------------------------------------------
+# differential: onnxruntime and PyTorch, with a tolerance that does not use the oracle
+# --------------------------------------------------------------------------------------------
+
+
+def loose_bound(reference, x, kernel):
+    """|a - b| allowed between two results that each meet the contract's bound: 2 * (2 ulp +
+    prod(kernel) * u * max|x|), with the whole input's max|x| and the full kernel standing in
+    for the window's."""
+    maxabs = float(np.max(np.abs(x.astype(np.float64)))) if x.size else 0.0
+    u = 2.0 ** -53 if x.dtype == F64 else 2.0 ** -24
+    return 4 * oracle.ulp(reference, x.dtype) + 2 * math.prod(kernel) * u * maxabs
+
+
+def assert_close(got, reference, x, kernel):
+    """got and reference (another library's result) agree within loose_bound."""
+    assert got.dtype == reference.dtype and got.shape == reference.shape, (
+        got.dtype, got.shape, reference.dtype, reference.shape)
+    g, w = got.astype(np.float64), reference.astype(np.float64)
+    bad = ~((np.abs(g - w) <= loose_bound(w, x, kernel)) | (np.isnan(g) & np.isnan(w))
+            | (g == w))
+    assert not bad.any(), (f"{bad.sum()} of {g.size} differ; first at {np.argwhere(bad)[0]}: "
+                           f"got {g[bad][0]!r}, reference {w[bad][0]!r}")
+
+
+def ort_cases(seed, count):
+    """float32 AveragePool cases onnxruntime computes right: spatial rank <= 3, pads below the
+    kernel (ORT refuses others), no SAME with a dilation or a stride past the kernel, no
+    ceil_mode with VALID, no window made only of padding, finite data."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    while len(cases) < count:
+        r = 1 + len(cases) % 3
+        kernel = [int(rng.integers(1, 5)) for _ in range(r)]
+        strides = [int(rng.integers(1, 4)) for _ in range(r)]
+        dilations = [int(rng.integers(1, 3)) for _ in range(r)] if rng.random() < 0.3 else None
+        auto_pad = str(rng.choice(["NOTSET", "NOTSET", "NOTSET", "SAME_UPPER", "SAME_LOWER",
+                                   "VALID"]))
+        pads = None
+        if auto_pad == "NOTSET":
+            pads = [int(rng.integers(0, kernel[a % r])) for a in range(2 * r)]
+        elif auto_pad != "VALID":
+            if dilations or any(s > k for s, k in zip(strides, kernel)):
+                continue
+        case = Case(shape=(int(rng.integers(1, 3)), 2,
+                           *[int(rng.integers(1, {1: 12, 2: 8, 3: 5}[r] + 1)) for _ in range(r)]),
+                    kernel=kernel, strides=strides, pads=pads, dilations=dilations,
+                    auto_pad=auto_pad, ceil_mode=int(auto_pad == "NOTSET" and rng.random() < 0.5),
+                    count_include_pad=int(rng.random() < 0.5), dtype=F32,
+                    seed=int(rng.integers(0, 2**31)), name=f"ort{len(cases)}")
+        if not fits(case) or has_empty_window(case):
+            continue
+        cases.append(case)
+    return cases
+
+
+def has_empty_window(case):
+    outs, begins = oracle.max_pool_geometry(case.shape[2:], case.kernel, case.strides,
+                                            case.pads, case.dilations, case.auto_pad,
+                                            case.ceil_mode)
+    strides = case.strides or [1] * len(outs)
+    dilations = case.dilations or [1] * len(outs)
+    for n, k, s, d, out, pb in zip(case.shape[2:], case.kernel, strides, dilations, outs,
+                                   begins):
+        for o in range(out):
+            if not any(0 <= o * s - pb + j * d < n for j in range(k)):
+                return True
+    return False
+
+
+ORT_CASES = ort_cases(777, 30)
+
+
+@pytest.mark.parametrize("case", ORT_CASES, ids=ids(ORT_CASES))
+def test_average_pool_matches_onnxruntime(case):
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    x = case.data()
+    attrs = dict(kernel_shape=case.kernel, count_include_pad=case.count_include_pad,
+                 **case.geometry)
+    node = helper.make_node("AveragePool", ["x"], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node], "averagepool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 8  # the default IR version is newer than this onnxruntime reads
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    reference = session.run(None, {"x": x})[0]
+    got = poolfold.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
+                                opset=19, **case.geometry)
+    assert_close(got, reference, x, case.kernel)
+
+
+TORCH_CASES = [
+    # (shape, kernel, stride, padding (symmetric, <= kernel/2), ceil_mode, count_include_pad)
+    ((2, 3, 7, 5), (3, 3), (3, 1), (0, 0), True, False),
+    ((2, 3, 7, 5), (3, 3), (3, 1), (1, 1), True, True),
+    ((1, 2, 8, 9), (2, 4), (2, 3), (1, 2), True, True),
+    ((1, 2, 8, 9), (2, 4), (2, 3), (1, 2), False, False),
+    ((1, 1, 6, 6), (5, 5), (2, 2), (2, 2), True, False),
+    ((2, 1, 5, 11), (1, 7), (1, 2), (0, 3), True, True),
+    ((1, 2, 10, 10), (3, 2), (1, 1), (1, 0), False, True),
+]
+
+
+@pytest.mark.parametrize("shape,kernel,stride,padding,ceil_mode,cip", TORCH_CASES)
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_average_pool_matches_torch(shape, kernel, stride, padding, ceil_mode, cip, dtype):
+    torch = pytest.importorskip("torch")
+    x = make_data(shape, dtype, sum(shape) + sum(kernel))
+    reference = torch.nn.functional.avg_pool2d(
+        torch.from_numpy(x), kernel, stride, padding, ceil_mode=ceil_mode,
+        count_include_pad=cip).numpy()
+    got = poolfold.average_pool(x, list(kernel), strides=list(stride),
+                                pads=list(padding) * 2, ceil_mode=int(ceil_mode),
+                                count_include_pad=int(cip))
+    assert_close(got, reference, x, kernel)
