@@ -223,29 +223,73 @@ def _running_row(src, src_at, src_inner, dst, run_hi, run_lo, r, n, width, out, 
     row holds a non-finite value."""
     base = src_at + r * n * src_inner
     at = r * out * width
-    # running sums along the axis, one per dilation phase: run[q] = term(q) + run[q - d]
-    finite = True
-    for q in range(n):
-        row = base + q * src_inner
-        q_at = q * width
-        if q < d:
-            for c in range(width):
-                run_hi[q_at + c] = _term(widen(src[row + c]), mark, p)
-                run_lo[q_at + c] = 0.0
+    # running sums along the axis, one per dilation phase: run[q] = term(q) + run[q - d].
+    # Once a running sum meets inf or NaN it never turns finite again (inf + x is inf or
+    # NaN): the last sum of each phase tells whether the row held a non-finite value.
+    if width == 1 and src_inner == 1:  # one element per position: scalar loops on slices
+        xs = src[base:base + n]
+        rh = run_hi[:n]
+        rl = run_lo[:n]
+        for q in range(min(d, n)):
+            rh[q] = _term(widen(xs[q]), mark, p)
+            rl[q] = 0.0
+        if d == 1:  # the sums carried in registers, not reloaded from the row
+            carry_hi = rh[0]
+            carry_lo = 0.0
+            for q in range(1, n):
+                t = _term(widen(xs[q]), mark, p)
+                total = carry_hi + t
+                bb = total - carry_hi
+                carry_lo += (carry_hi - (total - bb)) + (t - bb)
+                carry_hi = total
+                rh[q] = carry_hi
+                rl[q] = carry_lo
         else:
-            b_at = (q - d) * width
-            for c in range(width):
-                t = _term(widen(src[row + c]), mark, p)
-                previous = run_hi[b_at + c]
+            for q in range(d, n):
+                t = _term(widen(xs[q]), mark, p)
+                previous = rh[q - d]
                 total = previous + t
                 bb = total - previous
-                run_lo[q_at + c] = run_lo[b_at + c] + ((previous - (total - bb))
-                                                       + (t - bb))
-                run_hi[q_at + c] = total
-        for c in range(width):
-            finite = finite and np.isfinite(run_hi[q_at + c])
+                rl[q] = rl[q - d] + ((previous - (total - bb)) + (t - bb))
+                rh[q] = total
+    else:
+        for q in range(n):
+            row = base + q * src_inner
+            q_at = q * width
+            if q < d:
+                for c in range(width):
+                    run_hi[q_at + c] = _term(widen(src[row + c]), mark, p)
+                    run_lo[q_at + c] = 0.0
+            else:
+                b_at = (q - d) * width
+                for c in range(width):
+                    t = _term(widen(src[row + c]), mark, p)
+                    previous = run_hi[b_at + c]
+                    total = previous + t
+                    bb = total - previous
+                    run_lo[q_at + c] = run_lo[b_at + c] + ((previous - (total - bb))
+                                                           + (t - bb))
+                    run_hi[q_at + c] = total
+    finite = True
+    for i in range(max(0, n - d) * width, n * width):
+        finite = finite and np.isfinite(run_hi[i])
     if not finite:
         return False
+    if width == 1:
+        row_out = dst[at:at + out]
+        for o in range(out):
+            j0 = lo[o]
+            j1 = hi[o]
+            if j0 >= j1:
+                row_out[o] = 0.0
+                continue
+            last = first[o] + (j1 - 1) * d
+            before = first[o] + (j0 - 1) * d
+            if before < 0:
+                row_out[o] = run_hi[last] + run_lo[last]
+            else:
+                row_out[o] = (run_hi[last] - run_hi[before]) + (run_lo[last] - run_lo[before])
+        return True
     for o in range(out):
         o_at = at + o * width
         if lo[o] >= hi[o]:

@@ -101,15 +101,21 @@ class WindowTables(NamedTuple):
 
 
 # A pass runs on running sums where windows overlap this much: each output then costs two
-# reads instead of its taps (measured, one thread, float32: running sums from about six taps
-# on are no slower than adding the taps, and 63-tap windows cost about what 7-tap ones do).
+# reads instead of its taps.  Measured, one thread, float32, stride 1: passes whose rows hold
+# one element per position (a channels-first last axis) add taps at about 0.6 ns each and
+# keep running sums at about 3.5 ns per position, so from about ten taps on; passes over
+# runs of positions (vectorised across the run) from about six; 63-tap windows then cost
+# what 10-tap ones do.
 PREFIX_MIN_TAPS = 6
+PREFIX_MIN_TAPS_SINGLE = 10
 
 
-def uses_running_sums(n: int, out: int, k: int) -> bool:
+def uses_running_sums(n: int, out: int, k: int, single: bool = False) -> bool:
     """Whether a plain pass over an axis of ``n`` inputs, ``out`` outputs and windows of
-    ``k`` taps subtracts running sums rather than adding each window's taps."""
-    return k >= PREFIX_MIN_TAPS and out * k > 3 * n
+    ``k`` taps subtracts running sums rather than adding each window's taps; ``single``:
+    its rows hold one element per position."""
+    least = PREFIX_MIN_TAPS_SINGLE if single else PREFIX_MIN_TAPS
+    return k >= least and out * k > 3 * n
 
 
 def is_scaled(kind: str, dtype: np.dtype, p: float) -> bool:
@@ -117,17 +123,20 @@ def is_scaled(kind: str, dtype: np.dtype, p: float) -> bool:
     return kind == "lp" and (np.dtype(dtype).itemsize > 4 or p > PLAIN_LP_MAX_P)
 
 
-def running_sum_axes(plan: WindowPlan, dtype: np.dtype, kind: str,
-                     p: float = 2.0) -> tuple[bool, ...]:
+def running_sum_axes(plan: WindowPlan, dtype: np.dtype, kind: str, p: float = 2.0,
+                     one_channel: bool = True) -> tuple[bool, ...]:
     """Per axis, whether :func:`pool_windows` reduces it by running sums.  Only plain sums
     (float32, float16, bfloat16; not LpPool's scaled sums) ever do.  Unlike a window's own
     taps, a running-sum pass's result depends on where its rows start, and a non-finite
     value anywhere in a row turns the whole row to direct adds: poolfold.dask keeps such
-    axes whole."""
+    axes whole.  ``one_channel``: one element per position (channels-first, or one
+    channel), whose last axis's rows are single elements."""
     if np.dtype(dtype).itemsize == 8 or is_scaled(kind, dtype, p):
         return (False,) * plan.rank
-    return tuple(uses_running_sums(n, out, k)
-                 for n, out, k in zip(plan.in_shape, plan.out_shape, plan.kernel))
+    last = plan.rank - 1
+    return tuple(uses_running_sums(n, out, k, single=a == last and one_channel)
+                 for a, (n, out, k) in enumerate(zip(plan.in_shape, plan.out_shape,
+                                                     plan.kernel)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -136,8 +145,8 @@ def window_tables(plan: WindowPlan, divisor: str | None,
     """The kernels' tables for ``plan``: per axis (size, outputs, kernel, stride, dilation,
     the outputs whose window is uncut, whether to use running sums), the tap table, and with
     ``divisor`` "valid" or "padded" the per-output-position count |V| or |P| (cached: a
-    model repeats its calls; the kernels only read these tables).  ``running`` imposes the
-    running-sums choice per axis (poolfold.dask: a slab's passes as the whole tensor's)."""
+    model repeats its calls; the kernels only read these tables).  ``running``: per axis,
+    whether its pass keeps running sums (:func:`running_sum_axes`; None: no axis does)."""
     taps = plan.taps
     rank = plan.rank
     axes = np.zeros((AXIS_ROWS, rank), np.int64)
@@ -148,7 +157,7 @@ def window_tables(plan: WindowPlan, divisor: str | None,
         lo, hi = taps.lo[a, :out], taps.hi[a, :out]
         inside = np.flatnonzero((lo == 0) & (hi == k))
         uncut = (int(inside[0]), int(inside[-1]) + 1) if inside.size else (0, 0)
-        prefix = uses_running_sums(n, out, k) if running is None else bool(running[a])
+        prefix = running is not None and bool(running[a])
         axes[:, a] = (n, out, k, s, d, *uncut, prefix)
         if divisor == "valid":
             counts.append(np.maximum(hi - lo, 0).astype(np.float64))
@@ -215,6 +224,8 @@ def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: boo
         return y
     average = kind == "average"
     divisor = ("padded" if count_include_pad else "valid") if average else None
+    if running is None:
+        running = running_sum_axes(plan, x.dtype, kind, p, layout.channels == 1)
     tables = window_tables(plan, divisor, running)
     if math.prod(plan.in_shape) == 0:  # every window empty: 0 / divisor, or LpPool's 0
         values = (np.where(tables.divisor > 0, 0.0, np.nan) if average
