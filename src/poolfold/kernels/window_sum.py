@@ -175,8 +175,8 @@ def _cut_output(dst, lo_buf, dst_at, src, base, src_inner, width, first, lo, hi,
 
 @_helper
 def _axis_pass(src, src_at, src_inner, dst, lo_buf, run_hi, run_lo, rows, n, width, out, first,
-               lo, hi, s, d, uncut_lo, uncut_hi, prefix, mark, p, counts):
-    """Reduce the middle axis of ``src`` viewed as ``(rows, n, src_inner)`` (from flat
+               lo, hi, s, d, uncut_lo, uncut_hi, prefix, p, counts):
+    """Reduce the middle axis of float64 ``src`` viewed as ``(rows, n, src_inner)`` (from flat
     ``src_at``; only the first ``width`` of each inner run are read) into ``dst`` as
     ``(rows, out, width)``, float64.  ``lo_buf`` holds the compensation terms (None: no
     compensation); ``run_hi`` / ``run_lo`` the running sums of one row (n * width).
@@ -192,20 +192,36 @@ def _axis_pass(src, src_at, src_inner, dst, lo_buf, run_hi, run_lo, rows, n, wid
             scale *= 0.5
     if not (prefix and lo_buf is None):
         _direct_rows(src, src_at, src_inner, dst, lo_buf, 0, rows, n, width, out, first, lo,
-                     hi, s, d, uncut_lo, uncut_hi, mark, p, scale)
+                     hi, s, d, uncut_lo, uncut_hi, _VALUE_MARK, p, scale)
     else:
         for r in range(rows):
             if not _running_row(src, src_at, src_inner, dst, run_hi, run_lo, r, n, width, out,
-                                first, lo, hi, d, mark, p):
+                                first, lo, hi, d, _VALUE_MARK, p):
                 # a non-finite value in the row: its windows added directly
                 _direct_rows(src, src_at, src_inner, dst, lo_buf, r, r + 1, n, width, out,
-                             first, lo, hi, s, d, uncut_lo, uncut_hi, mark, p, 1.0)
+                             first, lo, hi, s, d, uncut_lo, uncut_hi, _VALUE_MARK, p, 1.0)
     if counts is not None:
         for r in range(rows):
             at = r * out * width
             for o in range(out):
                 for c in range(width):
                     dst[at + o * width + c] = dst[at + o * width + c] / counts[o] / scale
+
+
+@_helper
+def _stage_terms(stage, x, at, positions, width, channels, mark, p):
+    """``stage[q * width + c] = term(x[at + q * channels + c])``, as float64."""
+    if width == 1 and channels == 1:
+        xs = x[at:at + positions]
+        st = stage[:positions]
+        for q in range(positions):
+            st[q] = _term(widen(xs[q]), mark, p)
+        return
+    for q in range(positions):
+        xs = x[at + q * channels:at + q * channels + width]
+        st = stage[q * width:(q + 1) * width]
+        for c in range(width):
+            st[c] = _term(widen(xs[c]), mark, p)
 
 
 @_helper
@@ -443,6 +459,10 @@ def window_sums(x, y, axes, taps, divisor, axis_counts, channels, block, group, 
         inner *= axes[OUT, a]
     ping = np.empty(largest, np.float64)
     pong = np.empty(largest, np.float64)
+    # The first pass reads X's terms from a float64 copy of the item (in cache): every pass
+    # then reads float64, and the passes compile once per kernel, not once per source type
+    # (each costs seconds of a first call).
+    stage = np.empty(_plane_size(axes, N) * group * block, np.float64)
     lo_buf = None if compensated is None else np.empty(largest, np.float64)
     run_hi = np.empty(run, np.float64)
     run_lo = np.empty(run, np.float64)
@@ -469,18 +489,15 @@ def window_sums(x, y, axes, taps, divisor, axis_counts, channels, block, group, 
             w = inner_out * width
             dst = ping if in_ping else pong
             if a == rank - 1:
-                # x's positions are C apart: read width of each C-long run, from c0
-                _axis_pass(x, outer * size + c0, channels, dst, lo_buf, run_hi, run_lo, rows,
-                           n_a, width, out_a, taps[0, a], taps[1, a], taps[2, a],
-                           axes[STRIDE, a], axes[DILATION, a], axes[UNCUT_LO, a],
-                           axes[UNCUT_HI, a], axes[PREFIX, a], mark, p,
-                           None if axis_counts is None else axis_counts[a])
+                # x's positions are C apart: width of each C-long run, from c0
+                _stage_terms(stage, x, outer * size + c0, rows * n_a, width, channels, mark, p)
+                source = stage
             else:
-                _axis_pass(pong if in_ping else ping, 0, w, dst, lo_buf, run_hi, run_lo, rows,
-                           n_a, w, out_a, taps[0, a], taps[1, a], taps[2, a], axes[STRIDE, a],
-                           axes[DILATION, a], axes[UNCUT_LO, a], axes[UNCUT_HI, a],
-                           axes[PREFIX, a], _VALUE_MARK, p,
-                           None if axis_counts is None else axis_counts[a])
+                source = pong if in_ping else ping
+            _axis_pass(source, 0, w, dst, lo_buf, run_hi, run_lo, rows, n_a, w, out_a,
+                       taps[0, a], taps[1, a], taps[2, a], axes[STRIDE, a], axes[DILATION, a],
+                       axes[UNCUT_LO, a], axes[UNCUT_HI, a], axes[PREFIX, a], p,
+                       None if axis_counts is None else axis_counts[a])
             inner_out *= out_a
             if a > 0:
                 rows //= axes[N, a - 1]

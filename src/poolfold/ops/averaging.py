@@ -202,7 +202,8 @@ def _check_scratch(label, plan: WindowPlan, block: int, pairs: bool) -> None:
         rows //= plan.in_shape[a]
         largest = max(largest, rows * plan.out_shape[a] * inner, plan.in_shape[a] * inner)
         inner *= plan.out_shape[a]
-    check_table(label, "the window sums' scratch", (4 * largest,), np.float64)
+    staged = math.prod(plan.in_shape) * block  # the first pass's float64 copy of an item
+    check_table(label, "the window sums' scratch", (4 * largest + staged,), np.float64)
     if pairs:
         check_table(label, "the scaled sums' scratch", (4 * largest,), np.float64)
 
