@@ -227,6 +227,37 @@ def test_lp_pool(case):
     oracle.assert_within_bound(got, want, info, case.dtype, "lp")
 
 
+# Every fourth case again, on the kernel path the default choice did not take: the direct
+# per-output sums (small channels-first windows) and the separable passes each meet the
+# oracle whatever window they are given.
+SWAPPED_CASES = [("average", c) for c in AVERAGE_CASES[::4] if c.dtype != F64] + [
+    ("lp", c) for c in LP_CASES[::4] if c.dtype != F64]
+
+
+@pytest.mark.parametrize("kind,case", SWAPPED_CASES,
+                         ids=[f"{k}-{c}" for k, c in SWAPPED_CASES])
+def test_other_kernel_path(kind, case, monkeypatch):
+    from poolfold.ops import averaging
+
+    chosen = averaging.takes_direct_sums
+    monkeypatch.setattr(averaging, "takes_direct_sums",
+                        lambda plan, dtype, kind, p, one_channel, running: (
+                            one_channel and np.dtype(dtype).itemsize <= 4
+                            and not averaging.is_scaled(kind, dtype, p) and not any(running)
+                            and not chosen(plan, dtype, kind, p, one_channel, running)))
+    x = case.data()
+    if kind == "lp":
+        want, info = oracle.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+        got = poolfold.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+    else:
+        want, info = oracle.average_pool(x, case.kernel,
+                                         count_include_pad=case.count_include_pad,
+                                         **case.geometry)
+        got = poolfold.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
+                                    **case.geometry)
+    oracle.assert_within_bound(got, want, info, case.dtype, kind)
+
+
 def test_average_pool_defaults():
     """Only kernel_shape: strides 1, no pads, count_include_pad 0, floor mode."""
     x = make_data((2, 3, 6, 5), F32, 5)
