@@ -9,17 +9,17 @@ is N*C and C is 1 for NCHW, ``outer`` is N for channels-last, whose channels are
 contiguous, vectorised run of every pass.
 
 Per axis, a pass either adds each output's taps (``direct``: short windows, or windows
-that skip input) or, where windows overlap a lot, subtracts two running sums (``prefix``):
-two reads per output whatever the window (flat cost in the window size).  Running sums are
-kept as double-double pairs (the rounding error of each addition carried in a second
-array), so a window's sum is as accurate as if added directly: the difference of two
-pairs is within about one float64 rounding of the window's sum, not of the running sum's
-size, and a float32 (float16, bfloat16) result rounds as the direct sum's would but for
-values within about 2^-50 of a rounding boundary.  A run that meets a non-finite value
-(inf - inf would spoil every later window) is added directly instead.  float64 inputs are
-always added directly, with compensation (Neumaier), so that a window's result depends on
-its values alone, whatever part of the tensor a call holds (poolfold.dask relies on it);
-the passes' results round once per axis: see docs/semantics.md for the accuracy bound.
+that skip input) or, where windows overlap a lot, combines van Herk / Gil-Werman partial
+sums (``prefix``): blocks of k taps along each dilation phase, each position holding the sum
+from its block's start and to its block's end, so that a window is one block or the end of
+one plus the start of the next.  About three additions per position whatever the window
+(flat cost in the window size), and a window's sum adds its own values only (no running sum
+over the row, whose rounding a large value elsewhere would spoil; inf and NaN stay in the
+windows that hold them).  The blocks start where the row starts, so these sums round as the
+row's start places them: poolfold.dask keeps such axes whole.  float64 inputs are always
+added directly, with compensation (Neumaier), so that a window's result depends on its
+values alone, whatever part of the tensor a call holds; the passes' results round once per
+axis: see docs/semantics.md for the accuracy bound.
 
 LpPool where ``|x| ** p`` could leave float64's range (float64 inputs, or p > 7) carries
 ``(m, s)`` pairs instead (:func:`scaled_window_sums`): the window's largest |x| and the sum
@@ -175,7 +175,7 @@ def _cut_output(dst, lo_buf, dst_at, src, base, src_inner, width, first, lo, hi,
 
 @_helper
 def _axis_pass(src, src_at, src_inner, dst, lo_buf, run_hi, run_lo, rows, n, width, out, first,
-               lo, hi, s, d, uncut_lo, uncut_hi, prefix, p, counts):
+               lo, hi, k, s, d, uncut_lo, uncut_hi, prefix, cases, p, counts):
     """Reduce the middle axis of float64 ``src`` viewed as ``(rows, n, src_inner)`` (from flat
     ``src_at``; only the first ``width`` of each inner run are read) into ``dst`` as
     ``(rows, out, width)``, float64.  ``lo_buf`` holds the compensation terms (None: no
@@ -187,19 +187,15 @@ def _axis_pass(src, src_at, src_inner, dst, lo_buf, run_hi, run_lo, rows, n, wid
     # the axis's taps in range; the quotient is scaled back.
     scale = 1.0
     if counts is not None:
-        taps = _largest_count(lo, hi, out)
-        while scale * taps > 1.0:
-            scale *= 0.5
+        while scale * k > 1.0:  # by the kernel, not by the windows a call holds: the same
+            scale *= 0.5        # scale (and bits) for a slab of the tensor (poolfold.dask)
     if not (prefix and lo_buf is None):
         _direct_rows(src, src_at, src_inner, dst, lo_buf, 0, rows, n, width, out, first, lo,
                      hi, s, d, uncut_lo, uncut_hi, _VALUE_MARK, p, scale)
     else:
         for r in range(rows):
-            if not _running_row(src, src_at, src_inner, dst, run_hi, run_lo, r, n, width, out,
-                                first, lo, hi, d, _VALUE_MARK, p):
-                # a non-finite value in the row: its windows added directly
-                _direct_rows(src, src_at, src_inner, dst, lo_buf, r, r + 1, n, width, out,
-                             first, lo, hi, s, d, uncut_lo, uncut_hi, _VALUE_MARK, p, 1.0)
+            _running_row(src, src_at, src_inner, dst, run_hi, run_lo, r, n, width, out, first,
+                         lo, hi, k, d, cases)
     if counts is not None:
         for r in range(rows):
             at = r * out * width
@@ -224,105 +220,110 @@ def _stage_terms(stage, x, at, positions, width, channels, mark, p):
             st[c] = _term(widen(xs[c]), mark, p)
 
 
-@_helper
-def _largest_count(lo, hi, out):
-    largest = 1
-    for o in range(out):
-        largest = max(largest, hi[o] - lo[o])
-    return largest
+# How a running-sums pass gets an output's sum (``cases``, per output, from
+# poolfold.ops.averaging.window_tables): no tap; the end of one block plus the start of the
+# next; from a block's start; to a block's end; its taps added (a cut window inside a block).
+RUN_EMPTY, RUN_ACROSS, RUN_PREFIX, RUN_SUFFIX, RUN_ADD = range(5)
 
 
 @_helper
 def _running_row(src, src_at, src_inner, dst, run_hi, run_lo, r, n, width, out, first, lo, hi,
-                 d, mark, p):
-    """Row r's outputs as differences of running sums; False (nothing written) when the
-    row holds a non-finite value."""
+                 k, d, cases):
+    """Row r's outputs from van Herk / Gil-Werman partial sums: along each dilation phase,
+    the positions are cut into blocks of k taps; ``run_hi`` holds each position's sum from
+    its block's start (prefix), ``run_lo`` to its block's end (suffix).  A window of k taps
+    is one whole block (a prefix) or the end of one block and the start of the next (a
+    suffix plus a prefix): a sum of the window's own values only, whatever the rest of the
+    row holds, at about three additions per position whatever k.  Cut windows (fewer taps)
+    inside one block add their taps.  inf and NaN stay in the windows that hold them."""
     base = src_at + r * n * src_inner
     at = r * out * width
-    # running sums along the axis, one per dilation phase: run[q] = term(q) + run[q - d].
-    # Once a running sum meets inf or NaN it never turns finite again (inf + x is inf or
-    # NaN): the last sum of each phase tells whether the row held a non-finite value.
-    if width == 1 and src_inner == 1:  # one element per position: scalar loops on slices
-        xs = src[base:base + n]
-        rh = run_hi[:n]
-        rl = run_lo[:n]
-        for q in range(min(d, n)):
-            rh[q] = _term(widen(xs[q]), mark, p)
-            rl[q] = 0.0
-        if d == 1:  # the sums carried in registers, not reloaded from the row
-            carry_hi = rh[0]
-            carry_lo = 0.0
-            for q in range(1, n):
-                t = _term(widen(xs[q]), mark, p)
-                total = carry_hi + t
-                bb = total - carry_hi
-                carry_lo += (carry_hi - (total - bb)) + (t - bb)
-                carry_hi = total
-                rh[q] = carry_hi
-                rl[q] = carry_lo
-        else:
-            for q in range(d, n):
-                t = _term(widen(xs[q]), mark, p)
-                previous = rh[q - d]
-                total = previous + t
-                bb = total - previous
-                rl[q] = rl[q - d] + ((previous - (total - bb)) + (t - bb))
-                rh[q] = total
-    else:
-        for q in range(n):
-            row = base + q * src_inner
-            q_at = q * width
-            if q < d:
-                for c in range(width):
-                    run_hi[q_at + c] = _term(widen(src[row + c]), mark, p)
-                    run_lo[q_at + c] = 0.0
-            else:
-                b_at = (q - d) * width
-                for c in range(width):
-                    t = _term(widen(src[row + c]), mark, p)
-                    previous = run_hi[b_at + c]
-                    total = previous + t
-                    bb = total - previous
-                    run_lo[q_at + c] = run_lo[b_at + c] + ((previous - (total - bb))
-                                                           + (t - bb))
-                    run_hi[q_at + c] = total
-    finite = True
-    for i in range(max(0, n - d) * width, n * width):
-        finite = finite and np.isfinite(run_hi[i])
-    if not finite:
-        return False
-    if width == 1:
-        row_out = dst[at:at + out]
-        for o in range(out):
-            j0 = lo[o]
-            j1 = hi[o]
-            if j0 >= j1:
-                row_out[o] = 0.0
+    for phase in range(min(d, n)):
+        m = (n - phase + d - 1) // d  # positions of this phase
+        for b0 in range(0, m, k):
+            b1 = min(b0 + k, m)
+            if width == 1:  # one element per position: the sums carried in registers,
+                # on slices of the block (indices from 0: no negative-index checks)
+                q0 = phase + b0 * d
+                q1 = phase + (b1 - 1) * d + 1
+                xs = src[base + q0 * src_inner:base + q1 * src_inner:d * src_inner]
+                ph = run_hi[q0:q1:d]
+                sf = run_lo[q0:q1:d]
+                total = 0.0
+                for i in range(b1 - b0):
+                    total += xs[i]
+                    ph[i] = total
+                total = 0.0
+                for i in range(b1 - b0 - 1, -1, -1):
+                    total += xs[i]
+                    sf[i] = total
                 continue
-            last = first[o] + (j1 - 1) * d
-            before = first[o] + (j0 - 1) * d
-            if before < 0:
-                row_out[o] = run_hi[last] + run_lo[last]
+            for t in range(b0, b1):
+                q = phase + t * d
+                q_at = q * width
+                row = base + q * src_inner
+                if t == b0:
+                    for c in range(width):
+                        run_hi[q_at + c] = src[row + c]
+                else:
+                    b_at = q_at - d * width
+                    for c in range(width):
+                        run_hi[q_at + c] = run_hi[b_at + c] + src[row + c]
+            for t in range(b1 - 1, b0 - 1, -1):
+                q = phase + t * d
+                q_at = q * width
+                row = base + q * src_inner
+                if t == b1 - 1:
+                    for c in range(width):
+                        run_lo[q_at + c] = src[row + c]
+                else:
+                    a_at = q_at + d * width
+                    for c in range(width):
+                        run_lo[q_at + c] = run_lo[a_at + c] + src[row + c]
+    if width == 1:  # on slices, indices from 0
+        row_out = dst[at:at + out]
+        cs, fs, ls, hs = cases[:out], first[:out], lo[:out], hi[:out]
+        for o in range(out):
+            case = cs[o]
+            q0 = fs[o] + ls[o] * d
+            q1 = fs[o] + (hs[o] - 1) * d
+            if case == RUN_ACROSS:
+                row_out[o] = run_lo[q0] + run_hi[q1]
+            elif case == RUN_PREFIX:
+                row_out[o] = run_hi[q1]
+            elif case == RUN_SUFFIX:
+                row_out[o] = run_lo[q0]
+            elif case == RUN_EMPTY:
+                row_out[o] = 0.0
             else:
-                row_out[o] = (run_hi[last] - run_hi[before]) + (run_lo[last] - run_lo[before])
-        return True
+                total = 0.0
+                for j in range(ls[o], hs[o]):
+                    total += src[base + (fs[o] + j * d) * src_inner]
+                row_out[o] = total
+        return
     for o in range(out):
         o_at = at + o * width
-        if lo[o] >= hi[o]:
+        case = cases[o]
+        q0 = first[o] + lo[o] * d
+        q1 = first[o] + (hi[o] - 1) * d
+        if case == RUN_ACROSS:
+            for c in range(width):
+                dst[o_at + c] = run_lo[q0 * width + c] + run_hi[q1 * width + c]
+        elif case == RUN_PREFIX:
+            for c in range(width):
+                dst[o_at + c] = run_hi[q1 * width + c]
+        elif case == RUN_SUFFIX:
+            for c in range(width):
+                dst[o_at + c] = run_lo[q0 * width + c]
+        elif case == RUN_EMPTY:
             for c in range(width):
                 dst[o_at + c] = 0.0
-            continue
-        last = (first[o] + (hi[o] - 1) * d) * width
-        before = first[o] + (lo[o] - 1) * d
-        if before < 0:
-            for c in range(width):
-                dst[o_at + c] = run_hi[last + c] + run_lo[last + c]
         else:
-            b_at = before * width
             for c in range(width):
-                dst[o_at + c] = (run_hi[last + c] - run_hi[b_at + c]) + (
-                    run_lo[last + c] - run_lo[b_at + c])
-    return True
+                total = 0.0
+                for j in range(lo[o], hi[o]):
+                    total += src[base + (first[o] + j * d) * src_inner + c]
+                dst[o_at + c] = total
 
 
 @_helper
@@ -495,8 +496,9 @@ def window_sums(x, y, axes, taps, divisor, axis_counts, channels, block, group, 
             else:
                 source = pong if in_ping else ping
             _axis_pass(source, 0, w, dst, lo_buf, run_hi, run_lo, rows, n_a, w, out_a,
-                       taps[0, a], taps[1, a], taps[2, a], axes[STRIDE, a], axes[DILATION, a],
-                       axes[UNCUT_LO, a], axes[UNCUT_HI, a], axes[PREFIX, a], p,
+                       taps[0, a], taps[1, a], taps[2, a], axes[KERNEL, a], axes[STRIDE, a],
+                       axes[DILATION, a], axes[UNCUT_LO, a], axes[UNCUT_HI, a], axes[PREFIX, a],
+                       taps[3, a], p,
                        None if axis_counts is None else axis_counts[a])
             inner_out *= out_a
             if a > 0:

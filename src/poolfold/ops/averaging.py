@@ -22,7 +22,8 @@ from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowPlan
 from ..kernels import kernel_threads, launch_split, split_parts
 from ..kernels.activation import IDENTITY, activate_in_place
-from ..kernels.window_sum import (ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
+from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RUN_SUFFIX,
+                                  ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
                                   global_max, term_marker, plane_sums, scaled_plane_sums,
                                   scaled_window_sums, window_sums,
                                   window_sums_direct)
@@ -95,20 +96,21 @@ def resolve_count_include_pad(spec, count_include_pad) -> int:
 
 class WindowTables(NamedTuple):
     axes: np.ndarray  # (AXIS_ROWS, rank) int64, see poolfold.kernels.window_sum
-    taps: np.ndarray  # (3, rank, width): first, lo, hi
+    taps: np.ndarray  # (4, rank, width): first, lo, hi, running-sums case
     divisor: np.ndarray  # float64 per output position (AveragePool), or a dummy
     axis_counts: np.ndarray  # (rank, width) float64: the per-axis factors of the divisor
     inverse: np.ndarray  # 1 / divisor (inf for an empty window), what the kernels multiply by
 
 
-# A pass runs on running sums where windows overlap this much: each output then costs two
-# reads instead of its taps.  Measured, one thread, float32, stride 1: passes whose rows hold
-# one element per position (a channels-first last axis) add taps at about 0.6 ns each and
-# keep running sums at about 3.5 ns per position, so from about ten taps on; passes over
-# runs of positions (vectorised across the run) from about six; 63-tap windows then cost
-# what 10-tap ones do.
+# A pass runs on van Herk partial sums where windows overlap this much: each output then
+# costs one or two reads instead of its taps.  Measured, one thread, float32, stride 1, on
+# a busy host: passes whose rows hold one element per position (a channels-first last axis)
+# add taps at about 0.6 ns each and keep partial sums at about 3 ns per position (15 taps:
+# 10.0 ms either way over 1.6 M positions; 63 taps: 40 against 9.4), so from 16 taps on;
+# passes over runs of positions (vectorised across the run) from six (9 taps: 9.1 against
+# 7.2; 63 taps: 55 against 7.3).
 PREFIX_MIN_TAPS = 6
-PREFIX_MIN_TAPS_SINGLE = 10
+PREFIX_MIN_TAPS_SINGLE = 16
 
 
 def uses_running_sums(n: int, out: int, k: int, single: bool = False) -> bool:
@@ -200,12 +202,37 @@ def window_tables(plan: WindowPlan, divisor: str | None,
         table = np.ones(1, np.float64)
         for count in counts:
             table = np.multiply.outer(table, count).ravel()
-    tap_table = np.stack([taps.first, taps.lo, taps.hi])
+    tap_table = np.stack([taps.first, taps.lo, taps.hi, _running_cases(plan, running)])
     with np.errstate(divide="ignore"):
         inverse = 1.0 / table
     for array in (axes, tap_table, table, axis_counts, inverse):
         array.flags.writeable = False
     return WindowTables(axes, tap_table, table, axis_counts, inverse)
+
+
+def _running_cases(plan: WindowPlan, running) -> np.ndarray:
+    """Per axis kept as running sums and output, how the kernel gets the window's sum from
+    blocks of k taps along each dilation phase (see poolfold.kernels.window_sum.RUN_*):
+    worked out here once per plan rather than by divisions per output in the kernel."""
+    taps = plan.taps
+    cases = np.full(taps.first.shape, RUN_ADD, np.int64)
+    for a in range(plan.rank):
+        if running is None or not running[a]:
+            continue
+        n, k, d, out = plan.in_shape[a], plan.kernel[a], plan.dilations[a], plan.out_shape[a]
+        first, lo, hi = taps.first[a, :out], taps.lo[a, :out], taps.hi[a, :out]
+        q0, q1 = first + lo * d, first + (hi - 1) * d
+        phase = q0 % d
+        t0, t1 = (q0 - phase) // d, (q1 - phase) // d
+        m = (n - phase + d - 1) // d
+        case = np.full(out, RUN_ADD, np.int64)
+        case[t1 % k == k - 1] = RUN_SUFFIX
+        case[t1 == m - 1] = RUN_SUFFIX
+        case[t0 % k == 0] = RUN_PREFIX
+        case[t0 // k != t1 // k] = RUN_ACROSS
+        case[lo >= hi] = RUN_EMPTY
+        cases[a, :out] = case
+    return cases
 
 
 def channel_block_for(plan: WindowPlan, channels: int) -> int:
