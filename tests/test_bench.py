@@ -2,16 +2,18 @@
 
 Speed itself is never asserted here (shared machines are noisy): these tests check that the
 medians, spreads, ratios and byte counts the benchmark prints follow from its own samples and
-inputs, that every implementation is timed in blocks of its own, and the shape of the
-start-up report.
+inputs, that every implementation is timed in blocks of its own, that the averaging matrix's
+peers compute what poolfold does, and the shape of the start-up report.
 """
 
 import argparse
+import importlib.util
 import json
 import statistics
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from poolfold.bench import add_arguments, memory, runner, startup
@@ -212,3 +214,82 @@ def test_the_text_report_says_when_the_machine_was_busier_than_its_cores():
                        "load_average_end": [12.0, 11.1, 9.5]})
     assert "[0.5, 0.4, 0.3] at the start" in quiet and "busier" not in quiet
     assert "busier than its 2 CPUs" in busy
+
+
+def test_averaging_matrix_tiny_fills_its_own_markdown_sections(tmp_path):
+    """The whole averaging matrix on tiny inputs (--tiny): every case runs, the float16 and
+    bfloat16 cases beside poolfold's float32, and --markdown fills the averaging sections
+    only."""
+    from poolfold.bench.averaging import CASES
+
+    page = tmp_path / "page.md"
+    page.write_text("".join(f"<!-- bench:{name} -->\nPLACEHOLDER\n<!-- /bench:{name} -->\n"
+                            for name in ("averaging", "averaging-summary"))
+                    + "<!-- bench:matrix -->\nMaxPool's\n<!-- /bench:matrix -->\n")
+    done = _bench("--averaging-matrix", "--tiny", "--repeat", "1", "--json",
+                  "--markdown", str(page))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["tiny"] and report["pause_s"] == 0
+    rows = {row["key"]: row for row in report["results"]}
+    assert list(rows) == [case.key for case in CASES]
+    for case in CASES:
+        row = rows[case.key]
+        assert row["ms"]["poolfold"] is not None and row["ms"]["stream"] is not None
+        if case.dtype in ("float32", "float16"):  # onnxruntime has these kernels
+            assert row["ms"]["onnxruntime"] is not None, (case.key, row["notes"])
+            assert row["baseline"] in ("onnxruntime", "onnxruntime no-spin")
+        else:
+            assert row["ms"]["onnxruntime"] is None
+        assert (row["ms"].get("poolfold float32") is not None) == (
+            case.dtype in ("float16", "bfloat16")), case.key
+
+    text = page.read_text()
+    table = text.split("<!-- bench:averaging -->")[1].split("<!-- /bench:averaging -->")[0]
+    summary = text.split("<!-- bench:averaging-summary -->")[1].split("<!-- /")[0]
+    assert "PLACEHOLDER" not in table and "PLACEHOLDER" not in summary
+    assert "--tiny" in table and "| case |" in table and "/ pf f32" in table
+    for case in CASES:
+        assert f"| {case.key} |" in table
+    assert "AveragePool, LpPool and the global pools:" in summary
+    assert "own float32" in summary and "within the target 1.3" in summary
+    assert "<!-- bench:matrix -->\nMaxPool's\n<!-- /bench:matrix -->" in text  # untouched
+
+
+def _as_nchw_float64(output, channels_last: bool) -> np.ndarray:
+    if type(output).__module__.startswith("torch"):  # numpy has no bfloat16 of torch's
+        output = output.double().numpy()
+    if isinstance(output, list):  # onnxruntime's outputs
+        (output,) = output
+    output = np.asarray(output).astype(np.float64)
+    return np.moveaxis(output, -1, 1) if channels_last else output
+
+
+def test_every_peer_of_the_averaging_matrix_computes_what_poolfold_does():
+    """A ratio means something only if both sides compute the same thing: on the tiny
+    inputs, every peer the averaging matrix times (onnxruntime, PyTorch, scipy, poolfold's
+    float32 on the same values) gives poolfold's answer."""
+    from poolfold.bench.averaging import CASES, workloads
+    from poolfold.bench.peers import onnxruntime_runner
+
+    tolerance = {"float32": 1e-5, "float64": 1e-12, "float16": 2e-3, "bfloat16": 1.6e-2}
+    checked = 0
+    for case, workload in zip(CASES, workloads(tiny=True)):
+        feeds = workload.inputs()
+        node_feeds = workload.node_feeds(feeds)
+        expected = _as_nchw_float64(workload.poolfold(feeds), case.channels_last)
+        peers = dict(workload.extras)
+        if workload.node is not None and importlib.util.find_spec("onnxruntime"):
+            peers["onnxruntime"] = lambda f, w=workload: onnxruntime_runner(w, f, 1, True)
+        if workload.torch is not None and importlib.util.find_spec("torch"):
+            peers["torch"] = workload.torch
+        if workload.scipy is not None and importlib.util.find_spec("scipy"):
+            peers["scipy"] = workload.scipy
+        for name, build in peers.items():
+            found = _as_nchw_float64(build(node_feeds)(),
+                                     case.channels_last and name == "poolfold float32")
+            tol = tolerance[case.dtype]
+            np.testing.assert_allclose(found, expected, rtol=tol, atol=tol,
+                                       err_msg=f"{case.key}: {name}")
+            checked += 1
+    assert checked >= len(CASES)

@@ -4,6 +4,8 @@ evaluator when they are installed), plus optional sections measured in child pro
 Layout (nothing here imports :mod:`poolfold.cli`; the command imports this package):
 
 - :mod:`.workloads`  the table of workloads and the names of the implementations
+- :mod:`.matrix`, :mod:`.averaging`  the shape matrices (MaxPool; AveragePool, LpPool and
+  the global pools), each a table of cases built into workloads
 - :mod:`.peers`      the other implementations, each built into a runner outside the clock
 - :mod:`.runner`     timing: every implementation in its own blocks of calls (fairness)
 - :mod:`.report`     the timing table, the plot, the table helper the sections use
@@ -44,8 +46,13 @@ rotating order, so that a noisy stretch of a shared machine does not fall on one
 onnxruntime runs at its default session options (its idle threads spin after a run) and
 again with spinning off (session.intra_op.allow_spinning=0); poolfold's ratio is taken to
 the faster of the two.  Reported: the median of every timed call and the interquartile
-spread, poolfold's time over onnxruntime's and over the memory-copy limit (np.copyto of as
-many bytes as the op reads and writes, timed the same way).
+spread, poolfold's time over onnxruntime's and over the memory-speed limit (a kernel that
+reads X once and writes Y once on poolfold's threads, timed the same way).
+
+--matrix and --averaging-matrix time shape matrices instead of the standard workloads:
+MaxPool's, and AveragePool's, LpPool's and the global pools' (with each float16 and bfloat16
+case over poolfold's own float32 on the same values); --tiny runs a matrix on tiny inputs, a
+check that every case runs.
 
 --memory and --startup add measurements made in child processes: the peak memory a call
 allocates beyond its outputs; the first-ever call of each op and dtype with an empty numba
@@ -62,6 +69,33 @@ class Section:
     name: str
     module: str
     help: str
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A shape matrix, timed instead of the standard workloads by the flag ``--OPTION``:
+    ``workloads(tiny)`` of ``module``; ``--markdown`` fills the sections ``bench:NAME`` and
+    ``bench:NAME-summary``."""
+
+    option: str
+    module: str
+    name: str
+    subject: str  # what the summary line speaks of
+    help: str
+
+
+MATRICES: tuple[Matrix, ...] = (
+    Matrix("matrix", "poolfold.bench.matrix", "matrix", "MaxPool",
+           "time the MaxPool shape matrix (ranks 1-3, windows 2-256, strides, pads, dilations, "
+           "ceil_mode, every type, both layouts, batch 1 and large) instead of the standard "
+           "workloads"),
+    Matrix("averaging-matrix", "poolfold.bench.averaging", "averaging",
+           "AveragePool, LpPool and the global pools",
+           "time the averaging matrix (AveragePool ranks 1-3, windows 2-31, strides, pads, "
+           "count_include_pad, ceil_mode, dilations, float32/16, bfloat16, float64, both "
+           "layouts, batch 1 and large; LpPool p=1,2,3; the global pools) instead of the "
+           "standard workloads"),
+)
 
 
 SECTIONS: tuple[Section, ...] = (
@@ -96,11 +130,14 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("workloads", nargs="*", metavar="WORKLOAD",
                         help=f"which workloads (default all): {', '.join(BY_KEY)}; or, with "
-                             "--matrix, which of its cases")
-    parser.add_argument("--matrix", action="store_true",
-                        help="time the MaxPool shape matrix (ranks 1-3, windows 2-256, "
-                             "strides, pads, dilations, ceil_mode, every type, both layouts, "
-                             "batch 1 and large) instead of the standard workloads")
+                             "--matrix or --averaging-matrix, which of its cases")
+    matrices = parser.add_mutually_exclusive_group()
+    for matrix in MATRICES:
+        matrices.add_argument(f"--{matrix.option}", action="store_true", help=matrix.help)
+    parser.add_argument("--tiny", action="store_true",
+                        help="with a matrix: every case on a tiny input (batch 1, at most 3 "
+                             "channels, a few windows per axis), without the pauses: checks "
+                             "that every case and peer runs; the times mean nothing")
     parser.add_argument("--repeat", type=_positive, default=15, metavar="N",
                         help="timed rounds per implementation (default 15)")
     parser.add_argument("--threads", type=_positive, default=2, metavar="T",
@@ -110,9 +147,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--markdown", metavar="FILE.md", action="append", default=[],
                         help="also write the timing table as markdown into FILE.md, between "
                              "the markers <!-- bench:matrix --> and <!-- /bench:matrix --> "
-                             "(bench:workloads without --matrix), with the date, machine, "
-                             "versions and load average, and a summary between "
-                             "<!-- bench:matrix-summary --> markers where the file has them "
+                             "(bench:averaging with --averaging-matrix, bench:workloads "
+                             "without a matrix), with the date, machine, versions and load "
+                             "average, and a summary between <!-- bench:matrix-summary --> "
+                             "(bench:averaging-summary) markers where the file has them "
                              "(repeatable: docs/benchmarks.md and README.md)")
     parser.add_argument("--plot", metavar="FILE.png",
                         help="also draw the ratios to onnxruntime as a bar chart (needs matplotlib)")
@@ -178,10 +216,14 @@ def command(args) -> int:
     from ..console import progress
     from . import report, runner
     from .peers import set_threads
-    from .matrix import MATRIX_BY_KEY
     from .workloads import BY_KEY as WORKLOAD_BY_KEY
 
-    by_key = MATRIX_BY_KEY if args.matrix else WORKLOAD_BY_KEY
+    matrix = next((m for m in MATRICES if getattr(args, m.option.replace("-", "_"))), None)
+    if args.tiny and matrix is None:
+        return _error("--tiny shrinks a matrix's cases: add --matrix or --averaging-matrix")
+    by_key = WORKLOAD_BY_KEY
+    if matrix is not None:
+        by_key = {w.key: w for w in importlib.import_module(matrix.module).workloads(args.tiny)}
     keys = list(dict.fromkeys(args.workloads)) or list(by_key)
     unknown = [k for k in keys if k not in by_key]
     if unknown:
@@ -191,15 +233,18 @@ def command(args) -> int:
         return _error("--plot and --markdown show the timing table: drop --no-timing")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         return _error('--plot needs matplotlib: pip install "poolfold[plot]"')
-    if args.matrix and any(getattr(args, s.name) for s in SECTIONS):
-        return _error("--matrix times the shape matrix only: run the other sections without it")
+    if matrix is not None and any(getattr(args, s.name) for s in SECTIONS):
+        return _error(f"--{matrix.option} times its shape matrix only: run the other sections "
+                      "without it")
     args.workloads = keys
     args.startup = args.startup or args.startup_all or bool(args.startup_case)
     sections = [s for s in SECTIONS if getattr(args, s.name)]
     if not args.timing and not sections:
         return _error("--no-timing leaves nothing to run: add a section such as --memory")
     numba_threads = set_threads(args.threads)
-    meta = {**_meta(args, numba_threads), "load_average_start": _load_average()}
+    meta = {**_meta(args, numba_threads), "tiny": args.tiny,
+            "pause_s": 0.0 if args.tiny else runner.PAUSE_S,
+            "load_average_start": _load_average()}
 
     results = []
     if args.timing:
@@ -208,7 +253,8 @@ def command(args) -> int:
         for i, key in enumerate(keys):
             results.append(asdict(runner.run_workload(
                 by_key[key], args.repeat, args.threads,
-                lambda s, base=i * steps, key=key: progress(base + s, total, f"timing {key}"))))
+                lambda s, base=i * steps, key=key: progress(base + s, total, f"timing {key}"),
+                pause_s=meta["pause_s"])))
         progress(total, total)  # clears the bar
     modules = {s.name: importlib.import_module(s.module) for s in sections}
     measured = {name: module.measure(args) for name, module in modules.items()}
@@ -225,9 +271,10 @@ def command(args) -> int:
         meta["date"] = time.strftime("%Y-%m-%d")
         command_line = "poolfold bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"]
                                                      else sys.argv[1:])
-        name = "matrix" if args.matrix else "workloads"
+        name = matrix.name if matrix is not None else "workloads"
+        subject = matrix.subject if matrix is not None else None
         table = report.markdown_table(results, meta, command_line.strip())
-        summary = report.markdown_summary(results, meta, command_line.strip())
+        summary = report.markdown_summary(results, meta, command_line.strip(), subject)
         for path in args.markdown:
             report.fill_marked_sections(path, {name: table, f"{name}-summary": summary})
             print(f"poolfold bench: wrote the figures into {path}", file=sys.stderr)

@@ -12,7 +12,7 @@ onnxruntime has no kernel (bfloat16), poolfold's ratio is to the fastest other p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ml_dtypes
 import numpy as np
@@ -42,6 +42,11 @@ class Case:
     @property
     def rank(self) -> int:
         return len(self.kernel)
+
+    def extents(self) -> tuple[int, ...]:
+        """How far each window reaches along each spatial axis."""
+        dilations = self.dilations or (1,) * self.rank
+        return tuple(d * (k - 1) + 1 for k, d in zip(self.kernel, dilations))
 
     def attributes(self) -> dict:
         attributes = {"kernel_shape": list(self.kernel)}
@@ -114,6 +119,16 @@ CASES = (
 )
 
 
+def tiny_shape(shape: tuple, extents: tuple, strides: tuple | None) -> tuple:
+    """``--tiny``: batch 1, at most 3 channels, each spatial axis cut to a few windows' reach
+    (never below one window) and kept the same modulo the stride (a ceil_mode case keeps its
+    partial last window), so that every case runs in milliseconds."""
+    strides = strides or (1,) * len(extents)
+    return (1, min(shape[1], 3)) + tuple(
+        n if n <= 2 * e + 3 else 2 * e + 3 + (n - 2 * e - 3) % s
+        for n, e, s in zip(shape[2:], extents, strides))
+
+
 def _data(case: Case) -> np.ndarray:
     shape = case.shape
     if case.channels_last:
@@ -163,7 +178,7 @@ def _torch(case: Case):
         if case.channels_last and case.rank == 2:
             x = x.contiguous(memory_format=torch.channels_last)
         pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[case.rank - 1]
-        kwargs = dict(kernel_size=list(case.kernel), stride=list(case.strides or case.kernel),
+        kwargs = dict(kernel_size=list(case.kernel), stride=list(case.strides or [1] * case.rank),
                       padding=padding, dilation=list(case.dilations or [1] * case.rank),
                       ceil_mode=bool(case.ceil_mode), return_indices=case.indices)
         return lambda: pool(x, **kwargs)
@@ -216,5 +231,14 @@ def _workload(case: Case) -> Workload:
     )
 
 
-MATRIX: tuple[Workload, ...] = tuple(_workload(case) for case in CASES)
+def workloads(tiny: bool = False) -> tuple[Workload, ...]:
+    """The matrix's workloads; ``tiny``: on :func:`tiny_shape` inputs."""
+    if tiny:
+        return tuple(_workload(replace(case, shape=tiny_shape(case.shape, case.extents(),
+                                                              case.strides)))
+                     for case in CASES)
+    return tuple(_workload(case) for case in CASES)
+
+
+MATRIX: tuple[Workload, ...] = workloads()
 MATRIX_BY_KEY = {w.key: w for w in MATRIX}

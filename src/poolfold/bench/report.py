@@ -6,7 +6,11 @@ import importlib.util
 import math
 
 from .runner import PAUSE_S, SETTLE_CALLS, passes
-from .workloads import COLUMNS, ONNXRUNTIME, ONNXRUNTIME_NO_SPIN, REFERENCE, STREAM
+from .workloads import (COLUMNS, FLOAT32, FLOAT32_TARGET, ONNXRUNTIME, ONNXRUNTIME_NO_SPIN,
+                        POOLFOLD, REFERENCE, STREAM)
+
+TINY_NOTE = ("--tiny: every case on a tiny input, without the pauses, to check that the bench "
+             "runs; these times are not figures.")
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -26,25 +30,48 @@ def _cell(result: dict, name: str) -> str:
     return f"{ms:.2f} ±{50 * (q3 - q1) / ms:.0f}%"
 
 
+def over_float32(result: dict) -> float | None:
+    """A float16 or bfloat16 case's poolfold time over poolfold's float32 call on the same
+    values, where that call is timed beside it (and is not already its baseline)."""
+    ms = result["ms"]
+    if result["baseline"] == FLOAT32 or not ms.get(FLOAT32) or ms.get(POOLFOLD) is None:
+        return None
+    return ms[POOLFOLD] / ms[FLOAT32]
+
+
+def _over_float32_line(results: list[dict]) -> str | None:
+    """The worst of :func:`over_float32` against its target, or None where none was timed."""
+    pairs = sorted((over_float32(r), r["key"]) for r in results if over_float32(r) is not None)
+    if not pairs:
+        return None
+    within = sum(x <= FLOAT32_TARGET for x, _ in pairs)
+    return (f"The float16 and bfloat16 cases over poolfold's own float32 on the same values: "
+            f"worst {pairs[-1][0]:.2f} ({pairs[-1][1]}), best {pairs[0][0]:.2f} ({pairs[0][1]}); "
+            f"{within} of {len(pairs)} within the target {FLOAT32_TARGET:g}.")
+
+
 def format_results(results: list[dict], meta: dict) -> str:
     """The timing table of ``results`` (:class:`~.runner.Result` as dicts)."""
     columns = [c for c in COLUMNS if any(r["ms"].get(c) is not None for r in results)]
+    own = any(over_float32(r) is not None for r in results)
     rows = []
     for r in results:
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
         if r["ratio"] is not None and r["baseline"] not in (ONNXRUNTIME, ONNXRUNTIME_NO_SPIN):
             ratio += f" ({COLUMNS[r['baseline']]})"
         rows.append([r["key"]] + [_cell(r, c) for c in columns]
-                    + [ratio, f"{r['stream_multiple']:.2f}"])
+                    + [ratio, f"{r['stream_multiple']:.2f}"]
+                    + ([_ratio(over_float32(r))] if own else []))
     lines = [
         f"poolfold bench: median ms ±half the interquartile range, {meta['repeat']} rounds per "
         f"implementation in {passes(meta['repeat'])} blocks, {meta['threads']} threads "
         f"({meta['cpu_count']} CPUs), {meta['platform']}",
         "",
-        table(["workload"] + [COLUMNS[c] for c in columns] + ["pf/ort", "pf/stream"], rows),
+        table(["workload"] + [COLUMNS[c] for c in columns] + ["pf/ort", "pf/stream"]
+              + (["pf/f32"] if own else []), rows),
         "",
         f"Each implementation at its defaults, timed in its own blocks of calls, each block "
-        f"after a {PAUSE_S:g} s pause and {SETTLE_CALLS} untimed call.",
+        f"after a {meta.get('pause_s', PAUSE_S):g} s pause and {SETTLE_CALLS} untimed call.",
         f"{COLUMNS[ONNXRUNTIME]}: onnxruntime at its default session options (idle threads spin); "
         f"{COLUMNS[ONNXRUNTIME_NO_SPIN]}: with session.intra_op.allow_spinning=0.",
         "pf/ort: poolfold / the faster of the two; where onnxruntime has no kernel, / the peer "
@@ -52,6 +79,10 @@ def format_results(results: list[dict], meta: dict) -> str:
         "pf/stream: poolfold / stream, a kernel that reads X once and writes Y once on "
         "poolfold's threads: the memory-speed limit of the call.",
     ]
+    if own:
+        lines.append(f"pf/f32: a float16 or bfloat16 case's poolfold time over poolfold's "
+                     f"float32 call on the same values (column {COLUMNS[FLOAT32]}); target "
+                     f"{FLOAT32_TARGET:g}. {_over_float32_line(results)}")
     if REFERENCE in columns:
         lines.append(f"{COLUMNS[REFERENCE]}: onnx's ReferenceEvaluator on the N=1 slice, time "
                      "multiplied by N (extrapolated).")
@@ -60,12 +91,18 @@ def format_results(results: list[dict], meta: dict) -> str:
     if meta["numba_threads"] < meta["threads"]:
         lines.append(f"numba's pool has {meta['numba_threads']} threads: poolfold ran with "
                      f"{meta['numba_threads']} (raise NUMBA_NUM_THREADS to go further).")
+    if meta.get("tiny"):
+        lines.append(TINY_NOTE)
     lines.append("")
     lines += [f"{r['key']}: {r['title']}" for r in results]
     notes = [f"  {r['key']}: {n}" for r in results for n in r["notes"]]
     if notes:
         lines += ["", "notes:"] + notes
     return "\n".join(lines)
+
+
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def plot(results: list[dict], path: str) -> None:
@@ -94,8 +131,8 @@ def plot(results: list[dict], path: str) -> None:
     axes.set_ylabel("time / the faster onnxruntime setting (log scale)")
     axes.set_xticks(range(len(shown)))
     axes.set_xticklabels(
-        [r["key"] + ("" if r["baseline"] in (ONNXRUNTIME, ONNXRUNTIME_NO_SPIN) else "\n(/ pf float32)")
-         for r in shown], rotation=30, ha="right", fontsize=8)
+        [r["key"] + ("" if r["baseline"] in (ONNXRUNTIME, ONNXRUNTIME_NO_SPIN)
+                     else f"\n(/ {COLUMNS[r['baseline']]})") for r in shown], rotation=30, ha="right", fontsize=8)
     axes.legend(fontsize=8)
     axes.set_title("poolfold bench: lower is faster")
     figure.tight_layout()
@@ -107,21 +144,26 @@ def markdown_table(results: list[dict], meta: dict, command: str) -> str:
     """The timing table as markdown, with what a reader needs to rerun it and judge it: the
     command, the date, the machine, the versions and the load average at both ends."""
     columns = [c for c in COLUMNS if any(r["ms"].get(c) is not None for r in results)]
-    header = ["case"] + [COLUMNS[c] + " ms" for c in columns] + ["poolfold / peer", "/ stream"]
-    lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    own = any(over_float32(r) is not None for r in results)
+    header = (["case"] + [COLUMNS[c] + " ms" for c in columns] + ["poolfold / peer", "/ stream"]
+              + (["/ pf f32"] if own else []))
+    lines = [f"**{TINY_NOTE}**", ""] if meta.get("tiny") else []
+    lines += ["| " + " | ".join(header) + " |",
+              "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     for r in results:
         cells = [f"{r['ms'][c]:.3g}" if r["ms"].get(c) is not None else "-" for c in columns]
         ratio = "-" if r["ratio"] is None else f"**{r['ratio']:.2f}**"
         if r["ratio"] is not None and r["baseline"] not in (ONNXRUNTIME, ONNXRUNTIME_NO_SPIN):
             ratio += f" ({COLUMNS[r['baseline']]})"
-        lines.append("| " + " | ".join([r["key"]] + cells + [ratio, f"{r['stream_multiple']:.2f}"])
-                     + " |")
+        lines.append("| " + " | ".join([r["key"]] + cells + [ratio, f"{r['stream_multiple']:.2f}"]
+                                       + ([_ratio(over_float32(r))] if own else [])) + " |")
     ratios = [r["ratio"] for r in results if r["ratio"]]
     if ratios:
         geometric = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
         lines += ["", f"Geometric mean of poolfold / peer over {len(ratios)} cases: "
                       f"**{geometric:.2f}**; worst {max(ratios):.2f}, best {min(ratios):.2f}."]
+    if own:
+        lines += ["", _over_float32_line(results)]
     versions = ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
     lines += [
         "",
@@ -134,26 +176,34 @@ def markdown_table(results: list[dict], meta: dict, command: str) -> str:
         "Peers: onnxruntime at its default session options and with "
         "`session.intra_op.allow_spinning=0`, the faster of the two; where onnxruntime has no "
         "kernel, the fastest other peer (in brackets). `/ stream`: poolfold's time over a "
-        "kernel that reads X once and writes Y once.",
+        "kernel that reads X once and writes Y once."
+        + (" `/ pf f32`: a float16 or bfloat16 case's time over poolfold's float32 call on the "
+           "same values." if own else ""),
     ]
     return "\n".join(lines)
 
 
-def markdown_summary(results: list[dict], meta: dict, command: str) -> str:
-    """A few lines for a README: the ratios' spread over the cases, where and when measured."""
+def markdown_summary(results: list[dict], meta: dict, command: str,
+                     subject: str | None = None) -> str:
+    """A few lines for a README: the ratios' spread over the cases, where and when measured;
+    ``subject`` (the ops the cases run) starts it."""
     ratios = sorted((r["ratio"], r["key"]) for r in results if r["ratio"])
     if not ratios:
         return "(no ratio measured)"
     geometric = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
     at_most_one = sum(x <= 1.0 for x, _ in ratios)
-    return (f"poolfold's time over the fastest peer's (onnxruntime at its best, else PyTorch or "
+    own = _over_float32_line(results)
+    return ((f"**{TINY_NOTE}** " if meta.get("tiny") else "")
+            + (f"{subject}: " if subject else "")
+            + f"poolfold's time over the fastest peer's (onnxruntime at its best, else PyTorch or "
             f"scipy), over {len(ratios)} cases: geometric mean **{geometric:.2f}**, "
             f"{at_most_one} of {len(ratios)} at or below 1.0, best {ratios[0][0]:.2f} "
             f"({ratios[0][1]}), worst {ratios[-1][0]:.2f} ({ratios[-1][1]}). Measured by "
             f"`{command}` on {meta['date']} ({meta['processor']}, {meta['cpu_count']} CPUs, load "
             f"average {meta['load_average_start'][0] if meta['load_average_start'] else '?'} "
             f"at the start, {meta['load_average_end'][0] if meta['load_average_end'] else '?'} "
-            "at the end); every case in [docs/benchmarks.md](docs/benchmarks.md).")
+            "at the end); every case in [docs/benchmarks.md](docs/benchmarks.md)."
+            + (f" {own}" if own else ""))
 
 
 def fill_marked_sections(path: str, sections: dict) -> None:

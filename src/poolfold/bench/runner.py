@@ -79,7 +79,8 @@ def nbytes(outputs) -> int:
 def time_blocks(runners: dict, rounds: dict, repeat: int, tick=lambda p: None,
                 pause_s: float = PAUSE_S) -> dict:
     """Seconds of each timed call, per runner: ``rounds[name]`` calls (default ``repeat``),
-    in blocks as this module's docstring says."""
+    in blocks as this module's docstring says; ``pause_s`` 0 skips the garbage collection and
+    the pause before each block (``--tiny``: a check that everything runs, in seconds)."""
     names = list(runners)
     count = passes(repeat)
     sizes = {name: _block_sizes(rounds.get(name, repeat), count) for name in names}
@@ -92,8 +93,9 @@ def time_blocks(runners: dict, rounds: dict, repeat: int, tick=lambda p: None,
                 if not sizes[name][p]:
                     continue
                 run = runners[name]
-                gc.collect()  # nobody's garbage is collected on another's time
-                time.sleep(pause_s)
+                if pause_s:  # 0 (--tiny): no settling, whose times are no figures
+                    gc.collect()  # nobody's garbage is collected on another's time
+                    time.sleep(pause_s)
                 for _ in range(0 if name == REFERENCE else SETTLE_CALLS):  # seconds per call
                     run()
                 gc.disable()
@@ -111,9 +113,10 @@ def time_blocks(runners: dict, rounds: dict, repeat: int, tick=lambda p: None,
     return times
 
 
-def run_workload(workload: Workload, repeat: int, threads: int, tick=lambda s: None) -> Result:
+def run_workload(workload: Workload, repeat: int, threads: int, tick=lambda s: None,
+                 pause_s: float = PAUSE_S) -> Result:
     """Time one workload: every implementation that can run it, plus the memory-speed
-    yardstick (:mod:`.yardstick`)."""
+    yardstick (:mod:`.yardstick`); ``pause_s`` before each block (0 for ``--tiny``)."""
     feeds = workload.inputs()
     node_feeds = workload.node_feeds(feeds)
     notes: list[str] = []
@@ -178,7 +181,7 @@ def run_workload(workload: Workload, repeat: int, threads: int, tick=lambda s: N
     tick(1)
 
     active = {k: v for k, v in runners.items() if v is not None}
-    times = time_blocks(active, rounds, repeat, lambda p: tick(1 + p))
+    times = time_blocks(active, rounds, repeat, lambda p: tick(1 + p), pause_s)
     ms = {k: (statistics.median(times[k]) * 1e3 * scale.get(k, 1) if k in times else None)
           for k in runners}
     if REFERENCE in scale and REFERENCE in times:

@@ -21,6 +21,8 @@ True
 from ..ops.max_pool import max_pool_shape
 from . import nhwc
 from .fold import col2im  # noqa: F401
-from .ops import max_pool, max_unpool
+from .ops import (average_pool, global_average_pool, global_lp_pool, global_max_pool, lp_pool,
+                  max_pool, max_unpool)
 
-__all__ = ["col2im", "max_pool", "max_pool_shape", "max_unpool", "nhwc"]
+__all__ = ["average_pool", "col2im", "global_average_pool", "global_lp_pool", "global_max_pool",
+           "lp_pool", "max_pool", "max_pool_shape", "max_unpool", "nhwc"]

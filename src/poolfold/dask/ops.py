@@ -1,11 +1,13 @@
-"""The public chunked MaxPool and MaxUnpool (channels-first); the checks are the in-memory
-ops' own, run on shapes and dtypes before any graph is built."""
+"""The public chunked ops (channels-first): MaxPool, MaxUnpool and the averaging family; the
+checks are the in-memory ops' own, run on shapes and dtypes before any graph is built."""
 
 from __future__ import annotations
 
 from .. import schema
+from ..ops.averaging import check_p, resolve_count_include_pad
 from ..ops.max_pool import check_index_request, resolve_plan
 from . import _graph
+from .averaging import pool_global_chunked, pool_windows_chunked
 from .pool import pool
 from .unpool import unpool
 
@@ -51,3 +53,58 @@ def max_unpool(x, indices, kernel_shape, *, strides=None, pads=None, output_shap
     x = _graph.as_dask(spec, x, "X")
     return unpool(spec, x, indices, kernel_shape, strides, pads, output_shape,
                   inferred_shape_indices)
+
+
+def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
+                 auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, opset=None):
+    """:func:`poolfold.average_pool` on a chunked ``(N, C, D1, ..., Dr)`` array: Y as a dask
+    array, equal bit for bit to the in-memory result.
+
+    Output chunks are :func:`max_pool`'s (N and C chunks kept; along a spatial axis, by the
+    input chunk holding each window's centre); each task pools the input its windows read
+    under a plan that keeps the whole tensor's windows and divisors (count_include_pad and
+    ceil mode included).  For float32, float16 and bfloat16 input, an axis whose windows have
+    many taps and overlap heavily is summed by running sums in memory: from the first
+    such axis on, the spatial axes are one output chunk and each task reads them whole.
+    """
+    spec = schema.resolve("AveragePool", opset)
+    count_include_pad = resolve_count_include_pad(spec, count_include_pad)
+    x = _graph.as_dask(spec, x, "X")
+    plan = resolve_plan(spec, x.shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
+    return pool_windows_chunked(spec, x, plan, "average", count_include_pad)
+
+
+def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
+            auto_pad="NOTSET", ceil_mode=0, opset=None):
+    """:func:`poolfold.lp_pool` on a chunked ``(N, C, D1, ..., Dr)`` array, equal bit for bit
+    to the in-memory result.  Output chunks as :func:`average_pool` (running sums only for
+    p <= 7 on float32, float16 and bfloat16 input)."""
+    spec = schema.resolve("LpPool", opset)
+    p = check_p(spec, p)
+    x = _graph.as_dask(spec, x, "X")
+    plan = resolve_plan(spec, x.shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
+    return pool_windows_chunked(spec, x, plan, "lp", p=p)
+
+
+def global_max_pool(x, *, opset=None):
+    """:func:`poolfold.global_max_pool` on a chunked array: Y ``(N, C, 1, ..., 1)`` with X's N
+    and C chunks, equal bit for bit to the in-memory result.  No rechunk: each chunk's
+    winner per plane (first NaN, else first largest value) is combined by a tree of tasks."""
+    spec = schema.resolve("GlobalMaxPool", opset)
+    return pool_global_chunked(spec, _graph.as_dask(spec, x, "X"), "max")
+
+
+def global_average_pool(x, *, opset=None):
+    """:func:`poolfold.global_average_pool` on a chunked array, equal bit for bit to the
+    in-memory result: the spatial axes are rechunked into one chunk (N and C chunks kept),
+    each reduced by the in-memory function."""
+    spec = schema.resolve("GlobalAveragePool", opset)
+    return pool_global_chunked(spec, _graph.as_dask(spec, x, "X"), "average")
+
+
+def global_lp_pool(x, *, p=2, opset=None):
+    """:func:`poolfold.global_lp_pool` on a chunked array, equal bit for bit to the in-memory
+    result; chunks as :func:`global_average_pool`."""
+    spec = schema.resolve("GlobalLpPool", opset)
+    p = check_p(spec, p)
+    return pool_global_chunked(spec, _graph.as_dask(spec, x, "X"), "lp", p)
