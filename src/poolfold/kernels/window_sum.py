@@ -729,16 +729,18 @@ def scaled_plane_sums(x, y, size, p, start, stop):
 
 
 @_kernel
-def global_max(x, y, size, channels, start, stop):
+def global_max(x, keys, y, size, channels, order, start, stop):
     """GlobalMaxPool over ``x`` as ``(outer, size, channels)``: ``y[outer, c]`` is the
     element of the largest value (its bits kept; the first of equal ones), or the first NaN
-    if any.  Work items are outers."""
+    if any.  Work items are outers.  ``keys`` is ``x``'s bits as signed integers and
+    ``order`` (see :func:`_plane_winner`) what turns them into keys that sort as the
+    values do."""
     best = np.empty(channels, np.float64)
     winner = np.empty(channels, np.int64)
     for i in range(start, stop):
         row = x[i]
         if channels == 1:
-            y[i, 0] = row[_plane_winner(row, size)]
+            y[i, 0] = row[_plane_winner(row, keys[i], size, order)]
             continue
         for c in range(channels):
             best[c] = widen(row[c])
@@ -755,21 +757,37 @@ def global_max(x, y, size, channels, start, stop):
 
 
 @_helper
-def _plane_winner(row, size):
+def _plane_winner(row, keys, size, order):
     """The position of a plane's largest value (the first of equal ones), or of its first
-    NaN: one pass for the largest value and whether a NaN is there, in loops that vectorise,
-    then a search for the first position holding it."""
-    largest = -np.inf
-    nans = 0
+    NaN.  IEEE floats sort as their bits read as sign-magnitude integers: ``k ^ ((k >>
+    shift) & mask)`` turns a signed view of the bits into keys that sort as the values, NaNs
+    beyond the infinities.  The largest and smallest key come from integer loops that
+    vectorise (a float maximum with NaN in play does not), then one search finds the first
+    position holding the winner.  ``order``: shift, mask, the keys of +inf and -inf."""
+    shift, mask, top, bottom = order[0], order[1], order[2], order[3]
+    high = bottom - 1
+    low = top + 1
     for q in range(size):
-        v = widen(row[q])
-        largest = v if v > largest else largest
-        nans += v != v
+        k = np.int64(keys[q])
+        key = k ^ ((k >> shift) & mask)
+        high = max(high, key)
+        low = min(low, key)
+    if high > top or low < bottom:  # a NaN: the first one wins
+        for q in range(size):
+            v = widen(row[q])
+            if v != v:
+                return q
+    # The first element equal to the largest value, as a minimum reduction over the whole
+    # plane (it vectorises; a loop that stops at the first hit does not).  Equal values
+    # have equal keys but for the zeros: +0's key is 0 and -0's is -1, and -0 before +0
+    # ties with it.
+    other = -1 if high == 0 else high
+    first = size
     for q in range(size):
-        v = widen(row[q])
-        if (v != v) if nans else (v == largest):
-            return q
-    return 0
+        k = np.int64(keys[q])
+        key = k ^ ((k >> shift) & mask)
+        first = min(first, q if key == high or key == other else size)
+    return first
 
 
 @_kernel

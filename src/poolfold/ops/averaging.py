@@ -407,7 +407,10 @@ def pool_global(label: str, x: np.ndarray, channels_last: bool, kind: str,
     ys = dtypes.value_view(y).reshape(layout.outer, -1)
     parts = split_parts(layout.outer, x.size, kernel_threads())
     if kind == "max":
-        launch_split(global_max, layout.outer, xs, ys, size, layout.channels, parts=parts)
+        keys = np.ascontiguousarray(x).reshape(layout.outer, -1).view(
+            _SIGNED[x.dtype.itemsize])
+        launch_split(global_max, layout.outer, xs, keys, ys, size, layout.channels,
+                     _key_order(x.dtype), parts=parts)
         return y
     scaled = is_scaled(kind, x.dtype, p)
     if layout.channels == 1:
@@ -438,6 +441,24 @@ def pool_global(label: str, x: np.ndarray, channels_last: bool, kind: str,
                      AS_IS if axis_counts is not None else mode, term_marker(transform),
                      float(p), _COMPENSATE if wide else None, parts=parts)
     return y
+
+
+_SIGNED = {2: np.int16, 4: np.int32, 8: np.int64}
+
+
+@functools.lru_cache(maxsize=8)
+def _key_order(dtype: np.dtype) -> np.ndarray:
+    """What turns a float's bits, read as a signed integer, into a key that sorts as the
+    values (see poolfold.kernels.window_sum._plane_winner): shift, mask, and the keys of
+    +inf and -inf."""
+    bits = dtype.itemsize * 8
+    signed = _SIGNED[dtype.itemsize]
+    mask = (1 << (bits - 1)) - 1
+    infinities = np.array([np.inf, -np.inf]).astype(dtype).view(signed).astype(np.int64)
+    keys = infinities ^ ((infinities >> (bits - 1)) & mask)
+    order = np.array([bits - 1, mask, keys[0], keys[1]], np.int64)
+    order.flags.writeable = False
+    return order
 
 
 def _sum_mode(kind: str, p: float):
