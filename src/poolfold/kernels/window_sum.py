@@ -362,6 +362,10 @@ def _direct_rows(src, src_at, src_inner, dst, lo_buf, r0, r1, n, width, out, fir
                     if width == 1:
                         _add(dst, lo_buf, at + uncut_lo, src, tap, uncut_hi - uncut_lo,
                              s * src_inner, mark, p, j == 0 and plain_rows, scale)
+                    elif s == 1 and src_inner == width:
+                        # consecutive outputs read consecutive runs: one loop for them all
+                        _add(dst, lo_buf, at + uncut_lo * width, src, tap,
+                             (uncut_hi - uncut_lo) * width, 1, mark, p, False, scale)
                     else:
                         for u in range(uncut_hi - uncut_lo):
                             _add(dst, lo_buf, at + (uncut_lo + u) * width, src,
