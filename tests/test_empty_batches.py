@@ -216,3 +216,105 @@ def test_col2im(case, dtype):
         assert_refused_quickly(call, "Col2Im")
         return
     assert y.shape == expected and y.dtype == x.dtype
+
+
+# ------------------------------------------------------------------ the averaging family
+
+# (function, keywords, the bound's kind): AveragePool counting the padding and not, LpPool,
+# ai.onnx and channels-last.
+WINDOWED = {
+    "average_pool": (poolfold.average_pool, {}, "average"),
+    "average_pool-cip": (poolfold.average_pool, {"count_include_pad": 1}, "average"),
+    "lp_pool": (poolfold.lp_pool, {"p": 3}, "lp"),
+    "nhwc.average_pool-cip": (poolfold.nhwc.average_pool, {"count_include_pad": 1}, "average"),
+    "nhwc.lp_pool": (poolfold.nhwc.lp_pool, {}, "lp"),
+}
+# The oracle visits every tap of every window in Python: only where that is quick.
+AVERAGING_ORACLE_TAPS = 20_000
+# What a refusal for size may say: beyond memory, or (an empty array whose other dims
+# multiply past numpy's index range) numpy's own words.
+SIZE_WORDS = ("more than this machine's memory", "array is too big")
+
+
+def _channels_last(shape):
+    return (shape[0],) + tuple(shape[2:]) + (shape[1],)
+
+
+def _check_averaging(call, expected_shape, small, oracle_call, kind):
+    """As _check, the values within the contract's bound of the oracle's exact ones."""
+    if expected_shape is None:
+        assert_refused_quickly(call, "no window fits")
+        return
+    try:
+        y = call()
+    except MemoryError as error:  # the defect this file is about
+        pytest.fail(f"MemoryError instead of a result or a refusal: {error}")
+    except poolfold.PoolfoldError as error:
+        assert not small, f"a small call was refused: {error}"
+        assert any(words in str(error) for words in SIZE_WORDS), str(error)
+        assert_refused_quickly(call)
+        return
+    assert y.shape == expected_shape and y.dtype == np.float32, (y.shape, y.dtype)
+    if oracle_call is not None and y.size:
+        want, info = oracle_call()
+        oracle.assert_within_bound(y, want, info, np.float32, kind)
+
+
+@pytest.mark.parametrize("shape", EMPTY_SHAPES)
+@pytest.mark.parametrize("attributes", POOL_ATTRIBUTES)
+@pytest.mark.parametrize("op", list(WINDOWED))
+def test_average_and_lp_pool(op, shape, attributes):
+    """An empty batch, or every window made of padding alone: AveragePool gives NaN (0 with
+    count_include_pad where the padding counts), LpPool 0."""
+    function, keywords, kind = WINDOWED[op]
+    channels_last = op.startswith("nhwc.")
+    x = np.zeros(shape, np.float32)
+    expected, small = _pool_case(shape, attributes)
+    oracle_call = None
+    if expected is not None and math.prod(expected[2:]) * math.prod(
+            attributes["kernel_shape"]) * (1 + shape[0] * shape[1]) < AVERAGING_ORACLE_TAPS:
+        oracle_function = oracle.average_pool if kind == "average" else oracle.lp_pool
+        oracle_call = lambda: oracle_function(x, **attributes, **keywords)  # noqa: E731
+        if channels_last:
+            oracle_call = _nhwc_oracle(oracle_call)
+    data = np.moveaxis(x, 1, -1).copy() if channels_last else x
+    if channels_last and expected is not None:
+        expected = _channels_last(expected)
+    _check_averaging(lambda: function(data, **attributes, **keywords), expected, small,
+                     oracle_call, kind)
+
+
+def _nhwc_oracle(oracle_call):
+    def moved():
+        want, info = oracle_call()
+        return (np.moveaxis(want, 1, -1),
+                oracle.BoundInfo(np.moveaxis(info.count, 1, -1), np.moveaxis(info.maxabs, 1, -1)))
+    return moved
+
+
+GLOBAL_SHAPES = EMPTY_SHAPES + [(2, 3, 2**10, 0), (0, 0, 5)]
+GLOBALS = [
+    (poolfold.global_max_pool, poolfold.nhwc.global_max_pool, oracle.global_max_pool, "max"),
+    (poolfold.global_average_pool, poolfold.nhwc.global_average_pool,
+     oracle.global_average_pool, "average"),
+    (poolfold.global_lp_pool, poolfold.nhwc.global_lp_pool, oracle.global_lp_pool, "lp"),
+]
+
+
+@pytest.mark.parametrize("shape", GLOBAL_SHAPES)
+def test_global_pools(shape):
+    """Y is (N, C, 1, ..., 1) whatever the plane: -inf, NaN and 0 over an empty one."""
+    x = np.zeros(shape, np.float32)
+    for function, nhwc_function, oracle_function, kind in GLOBALS:
+        for channels_last in (False, True):
+            data = np.moveaxis(x, 1, -1).copy() if channels_last else x
+            try:
+                y = (nhwc_function if channels_last else function)(data)
+            except MemoryError as error:
+                pytest.fail(f"MemoryError: {error}")
+            want, info = oracle_function(x)
+            if channels_last:
+                want = np.moveaxis(want, 1, -1)
+                info = oracle.BoundInfo(np.moveaxis(info.count, 1, -1),
+                                        np.moveaxis(info.maxabs, 1, -1))
+            oracle.assert_within_bound(y, want, info, np.float32, kind)

@@ -6,7 +6,9 @@ so this runs the oracle property tests of every op and the nhwc ops in a child p
 it set (and a cache directory of its own, so that the checked kernels never mix with the
 normal ones), each hypothesis test capped at a few examples: the point is to touch every
 kernel path, not to search widely (the normal run does that).  Any IndexError is a validation
-gap to fix in poolfold, not here.
+gap to fix in poolfold, not here.  The averaging family's kernels are reached by a few cases
+of test_average_family.py and by :func:`test_window_sum_paths_match_the_oracle` below (it runs
+in both the normal and the checked run).
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+
+import numpy as np
+import pytest
+
+import oracle
+import poolfold
+import poolfold.nhwc
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = 4
@@ -42,6 +51,16 @@ PROPERTY_TESTS = [
     "tests/test_max_unpool.py::test_round_trip",
     "tests/test_col2im.py::test_matches_oracle",
     "tests/test_nhwc.py::test_nhwc_max_pool_matches_oracle",
+    # The averaging family (poolfold.kernels.window_sum): every kernel, both layouts, every
+    # term kind, running sums, compensated float64 sums and the scaled LpPool sums; float32
+    # and float64 only (each signature compiles again here).
+    "tests/test_fuzz_boundscheck.py::test_window_sum_paths_match_the_oracle",
+    "tests/test_average_family.py::test_average_pool[4d-x[1, 1, 3, 4, 3, 3]-k[2, 3, 2, 2]-"
+    "s[1, 2, 1, 2]-p[1, 0, 1, 1, 0, 1, 0, 1]-ceil-cip-float64]",
+    "tests/test_average_family.py::test_lp_pool_large_and_tiny[float64-1e+200-p2]",
+    *(f"tests/test_average_family.py::test_global_ops[dtype{d}-[2, 2, 5, 6]]" for d in (2, 3)),
+    *(f"tests/test_average_family.py::test_nhwc_global_ops[dtype{d}-shape1]" for d in (1, 2)),
+    "tests/test_empty_batches.py::test_global_pools",
 ]
 
 
@@ -98,3 +117,49 @@ def test_window_cut_by_the_end(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+# ------------------------------------------------------------------ the averaging family
+
+# The paths of poolfold.kernels.window_sum that no case of test_average_family.py takes
+# with float32 data: long stride-1 windows (running sums) for each term kind and both
+# layouts, short strided ones (each output's taps summed directly), and LpPool's scaled
+# sums for a p past 7.  float32 only, so that the bounds-checked run compiles few
+# signatures.  (shape, kernel, strides, op, p): shape (N, C, D) as the oracle takes it;
+# "nhwc." ops get it channels-last.
+WINDOW_SUM_PATHS = [
+    ((1, 1, 200), [40], [1], "average", None),  # running sums, one element per position
+    ((1, 1, 200), [40], [1], "lp", 1),
+    ((1, 1, 200), [40], [1], "lp", 2),
+    ((1, 1, 200), [40], [1], "lp", 3),
+    ((1, 1, 200), [40], [1], "lp", 9),  # scaled sums
+    ((1, 3, 200), [40], [1], "nhwc.average", None),  # running sums over runs of channels
+    ((1, 3, 200), [40], [1], "nhwc.lp", 1),
+    ((1, 3, 200), [40], [1], "nhwc.lp", 9),
+    ((2, 2, 9, 9), [3, 3], [1, 1], "average", None),  # separable passes, planes grouped
+    ((1, 3, 9, 9), [3, 3], [1, 1], "nhwc.lp", 3),
+    ((2, 1, 50), [3], [2], "average", None),  # each output's taps summed directly
+    ((2, 1, 50), [3], [2], "lp", 3),
+]
+
+
+@pytest.mark.parametrize(
+    "shape,kernel,strides,op,p", WINDOW_SUM_PATHS,
+    ids=[f"{op}-p{p}-{list(shape)}-k{kernel}-s{strides}"
+         for shape, kernel, strides, op, p in WINDOW_SUM_PATHS])
+def test_window_sum_paths_match_the_oracle(shape, kernel, strides, op, p):
+    rng = np.random.default_rng(sum(shape) + (p or 0))
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    x[..., ::7] = rng.integers(-3, 4, x[..., ::7].shape)  # exact ties and cancellations
+    pads = [3, 5] if len(kernel) == 1 else [1, 2, 2, 1]
+    keywords = dict(strides=strides, pads=pads, **({} if p is None else {"p": p}))
+    base = op.removeprefix("nhwc.")
+    want, info = (oracle.average_pool if base == "average" else oracle.lp_pool)(
+        x, kernel, **keywords)
+    if op.startswith("nhwc."):
+        function = poolfold.nhwc.average_pool if base == "average" else poolfold.nhwc.lp_pool
+        got = np.moveaxis(function(np.moveaxis(x, 1, -1).copy(), kernel, **keywords), -1, 1)
+    else:
+        function = poolfold.average_pool if base == "average" else poolfold.lp_pool
+        got = function(x, kernel, **keywords)
+    oracle.assert_within_bound(got, want, info, np.float32, base)

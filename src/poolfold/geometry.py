@@ -213,6 +213,12 @@ class WindowPlan:
         return TapTable(first, lo, hi)
 
 
+# Tap positions are int64 in the kernels (start + j * dilation): windows whose extent with
+# their pads passes this are refused rather than overflowing (SAME pads of a 2**40 kernel
+# dilated by 2**40 are about 2**79).
+POSITION_LIMIT = 2**62
+
+
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -273,6 +279,13 @@ def _window_plan(label, in_shape, attributes, auto_pad, ceil_mode, kernel_name) 
                 f"{label}: no window fits along spatial axis {a}: input size {n}, "
                 f"{kernel_name} {k} (dilated extent {span}), pads {pb}+{pe}, "
                 f"stride {s}, auto_pad {auto_pad}"
+            )
+        if pb + (out - 1) * s + span + n >= POSITION_LIMIT:
+            raise PoolfoldError(
+                f"{label}: the windows along spatial axis {a} reach {pb + (out - 1) * s + span}"
+                f" positions past the input's start (pads {pb}+{pe}, {kernel_name} {k}, "
+                f"dilation {d}, auto_pad {auto_pad}): beyond the 2**62 positions poolfold "
+                "can index"
             )
         begins.append(pb)
         ends.append(pe)

@@ -2,6 +2,7 @@
 process with a time and memory limit, and count the outcomes.
 
     python -m tests.fuzz.campaign --cases 100000 --seed 1 --workers 2
+    python -m tests.fuzz.campaign --cases 20000 --ops averaging     # only those ops
     python -m tests.fuzz.campaign --replay "{'op': 'max_pool', ...}"   # one printed case
     python -m tests.fuzz.campaign --replay-log campaign.log            # every failing case
 
@@ -13,7 +14,6 @@ line.  Exit status 1 if any case failed.
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import json
 import os
@@ -33,14 +33,29 @@ from fuzz import cases, runner  # noqa: E402
 BATCH = 500
 
 
-def draw_specs(count: int, seed: int):
-    """``count`` case specs, the same ones for the same seed (and the same harness code),
-    drawn in batches of ``BATCH`` (each from its own seed, derived from ``seed``)."""
+# --ops takes op names (cases.OPS) and these groups, comma-separated.
+OP_GROUPS = {"all": cases.OPS, "averaging": cases.AVERAGING_OPS}
+
+
+def select_ops(text: str) -> tuple[str, ...]:
+    ops = []
+    for name in text.split(","):
+        name = name.strip()
+        if name not in OP_GROUPS and name not in cases.OPS:
+            raise SystemExit(f"--ops: unknown op or group {name!r}; "
+                             f"known: {', '.join(list(OP_GROUPS) + list(cases.OPS))}")
+        ops += [op for op in OP_GROUPS.get(name, (name,)) if op not in ops]
+    return tuple(ops)
+
+
+def draw_specs(count: int, seed: int, ops=cases.OPS):
+    """``count`` case specs of ``ops``, the same ones for the same seed (and the same harness
+    code), drawn in batches of ``BATCH`` (each from its own seed, derived from ``seed``)."""
     for batch in range(0, count, BATCH):
-        yield from draw_batch(min(BATCH, count - batch), seed * 1_000_003 + batch // BATCH)
+        yield from draw_batch(min(BATCH, count - batch), seed * 1_000_003 + batch // BATCH, ops)
 
 
-def draw_batch(count: int, seed: int) -> list[dict]:
+def draw_batch(count: int, seed: int, ops=cases.OPS) -> list[dict]:
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
@@ -49,7 +64,7 @@ def draw_batch(count: int, seed: int) -> list[dict]:
     @hypothesis_seed(seed)
     @settings(max_examples=count, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
-    @given(cases.any_case())
+    @given(cases.any_case(ops=tuple(ops)))
     def collect(spec):
         specs.append(spec)
 
@@ -64,6 +79,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--time-limit", type=float, default=runner.TIME_LIMIT)
+    parser.add_argument("--ops", default="all",
+                        help="comma-separated op names or groups (all, averaging)")
     parser.add_argument("--replay", metavar="SPEC", help="judge one printed case")
     parser.add_argument("--replay-log", metavar="FILE",
                         help="judge again every failing case a campaign's output printed")
@@ -82,12 +99,12 @@ def main(argv=None) -> int:
 
     if args.replay_log:
         with open(args.replay_log) as log:
-            stream = [ast.literal_eval(line.split("case: ", 1)[1]) for line in log
+            stream = [cases.read_spec(line.split("case: ", 1)[1]) for line in log
                       if line.startswith("  case: ")]
     elif args.replay:
-        stream = [ast.literal_eval(args.replay)]
+        stream = [cases.read_spec(args.replay)]
     else:
-        stream = draw_specs(args.cases, args.seed)
+        stream = draw_specs(args.cases, args.seed, select_ops(args.ops))
     total = len(stream) if isinstance(stream, list) else args.cases
     counts = collections.Counter()
     by_op = collections.defaultdict(collections.Counter)

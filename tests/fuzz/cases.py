@@ -2,20 +2,25 @@
 turns a spec into arrays and arguments.
 
 A spec holds only literals (dicts, lists, tuples, numbers, strings, bytes, None), so a failing
-case prints as one line that ``ast.literal_eval`` reads back and :func:`build` rebuilds exactly:
-arrays are described (dtype, shape, layout, value kind, seed) rather than stored, and numpy
-arrays given as attributes are the tuple ``("__ndarray__", dtype, values)``.
+case prints as one line that :func:`read_spec` reads back and :func:`build` rebuilds exactly:
+arrays are described (dtype, shape, layout, value kind, seed) rather than stored, numpy
+arrays given as attributes are the tuple ``("__ndarray__", dtype, values)`` and numpy scalars
+``("__scalar__", dtype, value)``.
 
 Most draws are near-valid (so that many calls compute values the oracle can check); the rest
 break one thing at a time: an attribute of the wrong length, sign, type or size, a kernel
 larger than the input, ranks 0 to 7, zero-size axes, every numpy and ml_dtypes type plus object
 and string arrays, big-endian, strided, reversed, Fortran-order, broadcast and read-only
 arrays, Indices out of range, negative, of the wrong type or shape, output_shape huge or
-inconsistent.
+inconsistent.  The averaging family (AveragePool, LpPool and the global pools, both domains)
+adds p of every wrong kind (0, negative, non-integral, a float where an int is wanted, bool,
+huge, NaN, inf), count_include_pad values, fused activations, kernels long enough for the
+running sums, and nodes carrying attributes or outputs their op lacks.
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import sys
 
@@ -39,10 +44,22 @@ VALUE_KINDS = ["small", "normal", "bits", "special"]
 HOSTILE_INTS = [0, -1, -2, 2**31, 2**40, 2**40 + 1, 2**62, -(2**62), 2**63 - 1]
 HOSTILE_ITEMS = [2.0, 1.5, True, False, "2", None, [1], b"1", float("inf")]
 
+# The averaging family, ai.onnx and channels-last: windowed ops take (X, kernel_shape), the
+# global ones X alone.
+WINDOWED_OPS = ("average_pool", "lp_pool", "nhwc.average_pool", "nhwc.lp_pool")
+GLOBAL_OPS = ("global_max_pool", "global_average_pool", "global_lp_pool",
+              "nhwc.global_max_pool", "nhwc.global_average_pool", "nhwc.global_lp_pool")
+AVERAGING_OPS = WINDOWED_OPS + GLOBAL_OPS
+
 OPS = ("max_pool", "max_pool_shape", "max_unpool", "col2im", "nhwc.max_pool",
-       "nhwc.max_unpool")
+       "nhwc.max_unpool") + AVERAGING_OPS
 OP_TYPES = {"max_pool": "MaxPool", "max_pool_shape": "MaxPool", "max_unpool": "MaxUnpool",
             "col2im": "Col2Im", "nhwc.max_pool": "MaxPool", "nhwc.max_unpool": "MaxUnpool"}
+OP_TYPES.update({op: {"average_pool": "AveragePool", "lp_pool": "LpPool",
+                      "global_max_pool": "GlobalMaxPool",
+                      "global_average_pool": "GlobalAveragePool",
+                      "global_lp_pool": "GlobalLpPool"}[op.removeprefix("nhwc.")]
+                 for op in AVERAGING_OPS})
 
 
 # ------------------------------------------------------------------------------ dtypes
@@ -131,7 +148,23 @@ def decode(value):
             return np.array(value[2], dtype=value[1])
         except (OverflowError, ValueError, TypeError):  # a value the type cannot hold
             return np.array(value[2], dtype=object)
+    if isinstance(value, tuple) and value and value[0] == "__scalar__":
+        return np.dtype(value[1]).type(value[2])
     return value
+
+
+def read_spec(text: str):
+    """A spec from its printed line: ``ast.literal_eval``, with the ``nan`` and ``inf`` that
+    ``repr`` writes for those floats read back as floats."""
+    tree = ast.parse(text.strip(), mode="eval")
+
+    class Floats(ast.NodeTransformer):
+        def visit_Name(self, node):
+            if node.id in ("nan", "inf"):
+                return ast.copy_location(ast.Constant(float(node.id)), node)
+            return node
+
+    return ast.literal_eval(Floats().visit(tree))
 
 
 # --------------------------------------------------------------------------- strategies
@@ -334,20 +367,153 @@ def col2im_case(draw):
         "image_shape": image, "block_shape": block, "kwargs": kwargs}
 
 
+# ------------------------------------------------------------------- the averaging family
+
+AVERAGING_DTYPES = ["float32", "float64", "float16", "bfloat16"]
+# Opsets at, between and below the family's versions (1, 2, 7, 10, 11, 18, 19, 22), then
+# wrong ones.
+AVERAGING_OPSETS = choice([None] * 6 + [1, 2, 6, 7, 9, 10, 11, 17, 18, 19, 21, 22, 23],
+                          [0, -1, 2**62, "19", 19.0, True])
+COUNT_INCLUDE_PAD = choice([0, 1, 1], [2, -1, True, False, "1", 1.0, None, [1]])
+# p: the common values, the scaled sums' (float64 aside, p > 7 takes them), floats (valid
+# in version 1 only), then every wrong kind.
+P_VALUES = choice([2, 2, 1, 3, 4, 1, 3, 8, 9, 65, 2.0, 0.5, 1.5, 2.5, 0.01,
+                   ("__scalar__", "int64", 3), ("__scalar__", "float32", 1.5)],
+                  [0, -1, -2, 0.0, -0.5, True, False, 2**31, 2**62, 2**63 - 1, 2**64, 1e300,
+                   float("inf"), float("nan"), "2", None, [2], b"2",
+                   ("__scalar__", "bool", True), ("__ndarray__", "int64", 2)], p_valid=4)
+# LpPool-1 and GlobalLpPool-1 take p as a float: any value > 0, below 1 too.
+FLOAT_P_VALUES = choice([0.5, 1.5, 2.5, 0.25, 0.1, 0.05, 0.01, 3.7, 7.5, 12.25, 2.0, 1.0, 3],
+                        [0.0, -1.5, 1e300, 1e-300, float("inf"), float("nan"), "0.5"], p_valid=6)
+# Monotone non-decreasing activations (so that the judge can bound them), then bad ones.
+ACTIVATION_CHOICES = choice(
+    [("Relu", None), ("Tanh", None), ("Sigmoid", None), ("LeakyRelu", [0.25]),
+     ("Clip", [-0.5, 0.75]), ("HardSigmoid", [0.5, 0.25])],
+    [("relu", None), ("Nope", None), (3, None), ("", None), ("Relu", [1.0]), ("Clip", [1.0]),
+     ("LeakyRelu", []), ("Relu", "x"), (None, [0.5]), ("Tanh", [True])], p_valid=6)
+# What a node may carry beyond its op's attributes, or an attribute another version has.
+NODE_EXTRAS = [{"storage_order": 0}, {"storage_order": 1}, {"activation": "Relu"},
+               {"kernel_shape": [2]}, {"p": 2}, {"count_include_pad": 0}, {"dilations": [1]},
+               {"ceil_mode": 0}, {"alpha": 1.0}]
+
+
 @st.composite
-def any_case(draw):
-    kind = draw(st.sampled_from(OPS))
+def averaging_window_attributes(draw, rank):
+    """MaxPool's hostile window attributes, with kernels long enough for running sums (more
+    than 5 taps over an axis they cross many times), and now and then a stride, pad or
+    dilation bigger than the input (windows of padding only) but not past the oracle."""
+    attrs = draw(window_attributes(rank))
+    kernel = attrs.get("kernel_shape")  # None (a hostile draw) is left out
+    if isinstance(kernel, list) and kernel and draw(st.integers(0, 3)) == 3:
+        kernel[draw(st.integers(0, len(kernel) - 1))] = draw(st.integers(5, 12))
+    if draw(st.integers(0, 7)) == 7:
+        name = draw(st.sampled_from(["strides", "pads", "dilations"]))
+        length = 2 * rank if name == "pads" else rank
+        values = draw(st.lists(st.integers(0 if name == "pads" else 1, 3), min_size=length,
+                               max_size=length))
+        values[draw(st.integers(0, length - 1))] = draw(st.integers(5, 60))
+        attrs[name] = values
+    return attrs
+
+
+@st.composite
+def long_window_shape(draw):
+    """One long axis (two at most) crossed by a long, stride-1 window: the running sums."""
+    rank = draw(st.sampled_from([1, 1, 2]))
+    spatial = [draw(st.integers(20, 70))] + [draw(st.integers(1, 4)) for _ in range(rank - 1)]
+    if draw(st.booleans()):
+        spatial.reverse()
+    shape = (draw(st.integers(0, 2)), draw(st.integers(1, 3)), *spatial)
+    kernel = [draw(st.integers(6, min(n, 40))) if n >= 20 else draw(st.integers(1, n))
+              for n in spatial]
+    attrs = {"kernel_shape": kernel}
+    if draw(st.booleans()):
+        attrs["strides"] = [draw(st.sampled_from([1, 1, 2])) for _ in spatial]
+    if draw(st.booleans()):
+        attrs["pads"] = [draw(st.integers(0, 4)) for _ in range(2 * rank)]
+    return shape, attrs
+
+
+@st.composite
+def wide_shape(draw, windowed):
+    """Many channels (channels-last work items take 64 at a time) or many long planes
+    (channels-first work items take several small planes as one, and the last fewer): the
+    splits of the work, with windows the oracle still checks quickly."""
+    if draw(st.booleans()):  # channels past one block
+        shape = (draw(st.integers(1, 2)), draw(st.integers(60, 140)),
+                 *draw(st.lists(st.integers(1, 5), min_size=1, max_size=2)))
+        kernel = [draw(st.integers(1, min(n, 3))) for n in shape[2:]]
+        return shape, {"kernel_shape": kernel} if windowed else {}
+    shape = (draw(st.integers(1, 3)), draw(st.integers(3, 7)), draw(st.integers(1000, 3000)))
+    if not windowed:
+        return shape, {}
+    # more than 16 taps: not each output's taps summed directly
+    return shape, {"kernel_shape": [draw(st.sampled_from([3, 17, 20, 30]))],
+                   "strides": [draw(st.integers(40, 200))]}
+
+
+@st.composite
+def averaging_case(draw, op):
+    """A hostile call of one op of the averaging family (ai.onnx or channels-last)."""
+    channels_last = op.startswith("nhwc.")
+    base = op.removeprefix("nhwc.")
+    windowed = base in ("average_pool", "lp_pool")
+    kwargs = {}
+    roll = draw(st.integers(0, 11))
+    if windowed and roll >= 10:
+        nchw, kwargs = draw(long_window_shape())
+    elif roll >= 8:
+        nchw, kwargs = draw(wide_shape(windowed))
+    else:
+        nchw = draw(shapes(max_dim=6 if windowed else 9))
+        if windowed:
+            kwargs = draw(averaging_window_attributes(max(len(nchw) - 2, 1)))
+    if windowed:
+        for name, strategy in (("auto_pad", AUTO_PADS), ("ceil_mode", FLAGS)):
+            if draw(st.booleans()):
+                kwargs[name] = draw(strategy)
+    if base == "average_pool" and draw(st.booleans()):
+        kwargs["count_include_pad"] = draw(COUNT_INCLUDE_PAD)
+    if base.endswith("lp_pool") and draw(st.integers(0, 3)) == 3:  # version 1: a float p
+        kwargs["opset"] = 1
+        kwargs["p"] = draw(FLOAT_P_VALUES)
+    else:
+        if base.endswith("lp_pool") and draw(st.integers(0, 3)) > 0:
+            kwargs["p"] = draw(P_VALUES)
+        if draw(st.booleans()):
+            kwargs["opset"] = draw(AVERAGING_OPSETS)
+    if op == "nhwc.average_pool" and draw(st.integers(0, 3)) == 3:
+        name, params = draw(ACTIVATION_CHOICES)
+        if name is not None:
+            kwargs["activation"] = name
+        if params is not None:
+            kwargs["activation_params"] = params
+    # channels-last: (N, D1..Dr, C) from the drawn (N, C, D1..Dr)
+    shape = ((nchw[0],) + tuple(nchw[2:]) + (nchw[1],) if channels_last and len(nchw) >= 3
+             else tuple(nchw))
+    preferred = AVERAGING_DTYPES[:3] if channels_last else AVERAGING_DTYPES
+    spec = {"op": op, "x": draw(array_spec(shape, preferred=preferred)), "kwargs": kwargs}
+    if draw(st.integers(0, 4)) == 4:  # nodes only: see any_case
+        spec["node_extra"] = draw(st.sampled_from(NODE_EXTRAS + [{"outputs": 2}]))
+    return spec
+
+
+@st.composite
+def any_case(draw, ops=OPS):
+    kind = draw(st.sampled_from(ops))
     case = {
-        "max_pool": max_pool_case(),
-        "nhwc.max_pool": max_pool_case(channels_last=True),
-        "max_pool_shape": max_pool_shape_case(),
-        "max_unpool": max_unpool_case(),
-        "nhwc.max_unpool": max_unpool_case(channels_last=True),
-        "col2im": col2im_case(),
-    }[kind]
+        "max_pool": max_pool_case,
+        "nhwc.max_pool": lambda: max_pool_case(channels_last=True),
+        "max_pool_shape": max_pool_shape_case,
+        "max_unpool": max_unpool_case,
+        "nhwc.max_unpool": lambda: max_unpool_case(channels_last=True),
+        "col2im": col2im_case,
+    }.get(kind, lambda: averaging_case(kind))()
     spec = draw(case)
     if kind != "max_pool_shape" and draw(st.integers(0, 4)) == 4:
         spec["via"] = "run_node"
+    else:
+        spec.pop("node_extra", None)  # a Python call cannot carry them
     return spec
 
 
@@ -447,6 +613,10 @@ def build(spec: dict):
     if op == "max_pool_shape":
         return op, [decode(spec["input_shape"]), kwargs.pop("kernel_shape", None)], kwargs
     x = make_array(spec["x"])
+    if op in WINDOWED_OPS:
+        return op, [x, kwargs.pop("kernel_shape", None)], kwargs
+    if op in GLOBAL_OPS:
+        return op, [x], kwargs
     if op in ("max_pool", "nhwc.max_pool"):
         return op, [x, kwargs.pop("kernel_shape", None)], kwargs
     if op in ("max_unpool", "nhwc.max_unpool"):

@@ -4,9 +4,11 @@ A case passes *by value* when poolfold returns exactly what the oracle returns (
 same type once byte order is set aside, the same bits), and *by error* when it raises
 ``PoolfoldError`` / ``PoolfoldTypeError`` naming the op for a call the contract refuses too
 (:mod:`fuzz.validity`: an invalid call, or one too large for memory where the refusal says
-so).  It fails on any other exception,
-on a value the oracle does not give (or for an input the oracle refuses), and on any change
-to its inputs.  Crashes, hangs and memory beyond the limit are caught by the worker's parent.
+so).  The averaging family adds its sums in any order the contract allows: its values pass
+within the contract's bound of the oracle's exact ones (``oracle.assert_within_bound``).
+A case fails on any other exception, on a value for a call the contract refuses, on a value
+the oracle does not give (or for an input the oracle refuses), and on any change to its
+inputs.  Crashes, hangs and memory beyond the limit are caught by the worker's parent.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Callable, NamedTuple
 
+import ml_dtypes
 import numpy as np
 from onnx import helper
 
@@ -32,10 +35,42 @@ FUNCTIONS = {
     "col2im": poolfold.col2im,
     "nhwc.max_pool": poolfold.nhwc.max_pool,
     "nhwc.max_unpool": poolfold.nhwc.max_unpool,
+    "average_pool": poolfold.average_pool,
+    "lp_pool": poolfold.lp_pool,
+    "global_max_pool": poolfold.global_max_pool,
+    "global_average_pool": poolfold.global_average_pool,
+    "global_lp_pool": poolfold.global_lp_pool,
+    "nhwc.average_pool": poolfold.nhwc.average_pool,
+    "nhwc.lp_pool": poolfold.nhwc.lp_pool,
+    "nhwc.global_max_pool": poolfold.nhwc.global_max_pool,
+    "nhwc.global_average_pool": poolfold.nhwc.global_average_pool,
+    "nhwc.global_lp_pool": poolfold.nhwc.global_lp_pool,
 }
+
+validity.warm()  # onnxruntime's schemas, read once before the workers fork
 
 # The oracle is pure Python: compare only calls it finishes in well under a second.
 ORACLE_BUDGET = 20_000
+# The averaging family's oracle adds exactly (Fraction, Decimal): per window tap, about 4 us
+# for AveragePool, 15 us for LpPool with an integer p and 120 us with another; per element of
+# a global pool, under 1 us.  Budgets in taps (one per output and kernel offset, and one per
+# tap read), each about 0.1 s.
+AVERAGE_BUDGET = 20_000
+LP_BUDGET = 6_000
+FRACTIONAL_LP_BUDGET = 800
+GLOBAL_BUDGET = 100_000
+
+# nhwc.average_pool's fused activations (SEMANTICS.md), as numpy formulas on float64: every
+# one is non-decreasing for the parameters the cases draw, so the interval the contract
+# allows for Y maps to an interval for activation(Y).  NaN stays NaN.
+ACTIVATIONS = {
+    "Relu": lambda v, q: np.where(v < 0, 0.0, v),
+    "Tanh": lambda v, q: np.tanh(v),
+    "Sigmoid": lambda v, q: 1.0 / (1.0 + np.exp(-v)),
+    "LeakyRelu": lambda v, q: np.where(v < 0, q[0] * v, v),
+    "Clip": lambda v, q: np.minimum(np.maximum(v, q[0]), q[1]),
+    "HardSigmoid": lambda v, q: np.maximum(0.0, np.minimum(1.0, q[0] * v + q[1])),
+}
 
 
 class Failure(Exception):
@@ -84,15 +119,24 @@ def _same(got, want, what: str, arithmetic: bool = False) -> None:
         raise Failure(f"{what}: values differ from the oracle's")
 
 
-def _node(op, args, kwargs):
-    """The call as an ONNX node and its inputs; attributes helper cannot encode are left out."""
+def _node(op, args, kwargs, extra=None):
+    """The call as an ONNX node and its inputs; attributes helper cannot encode are left out.
+    ``extra`` (the averaging family's cases): attributes to add, or ``outputs``: how many."""
     op_type = cases.OP_TYPES[op]
     domain = "com.ms.internal.nhwc" if op.startswith("nhwc.") else ""
     kwargs = dict(kwargs)
+    extra = dict(extra or {})
     opset = kwargs.pop("opset", None)
     outputs = ["Y", "Indices"] if kwargs.pop("return_indices", False) is True else ["Y"]
     outputs = outputs if op_type == "MaxPool" else ["Y"]
-    if op_type == "MaxPool":
+    outputs += [f"Y{i}" for i in range(1, extra.pop("outputs", 1))]
+    if op in cases.AVERAGING_OPS:
+        inputs = [args[0]]
+        if op in cases.WINDOWED_OPS:
+            kwargs["kernel_shape"] = args[1]
+        for name, value in extra.items():
+            kwargs.setdefault(name, value)
+    elif op_type == "MaxPool":
         inputs = [args[0]]
         kwargs["kernel_shape"] = args[1]
     elif op_type == "MaxUnpool":
@@ -136,7 +180,7 @@ class Call(NamedTuple):
 def _prepare(spec) -> Call:
     op, args, kwargs = cases.build(spec)
     if spec.get("via") == "run_node":
-        node, inputs, opset, attributes = _node(op, args, kwargs)
+        node, inputs, opset, attributes = _node(op, args, kwargs, spec.get("node_extra"))
 
         def run_node():
             snapshots = [_snapshot(v) for v in inputs]
@@ -148,7 +192,11 @@ def _prepare(spec) -> Call:
             return result if len(node.output) > 1 else result[0]
 
         kwargs = dict(attributes, opset=opset)
-        if op.endswith("max_pool"):
+        if op in cases.AVERAGING_OPS:
+            kwargs["node_outputs"] = len(node.output)
+            args = [args[0]] + ([kwargs.pop("kernel_shape", None)] if op in cases.WINDOWED_OPS
+                                else [])
+        elif op.endswith("max_pool"):
             kwargs["return_indices"] = len(node.output) > 1
             args = [args[0], kwargs.pop("kernel_shape", None)]
         elif op.endswith("max_unpool"):
@@ -302,6 +350,122 @@ def _expected(op, args, kwargs, result):
     return oracle.col2im(x, args[1], args[2], **kwargs)
 
 
+class Bounded(NamedTuple):
+    """The averaging family's expectation: the exact value (float64) and what the contract's
+    bound needs, Y's type, the bound's kind ("average", "lp", "max") and the fused activation
+    (name, params) if any."""
+
+    exact: np.ndarray
+    info: oracle.BoundInfo
+    dtype: np.dtype
+    kind: str
+    activation: tuple | None = None
+
+
+KINDS = {"average_pool": "average", "lp_pool": "lp", "global_max_pool": "max",
+         "global_average_pool": "average", "global_lp_pool": "lp"}
+
+
+def _plain_p(p):
+    """p as the oracle takes it: a Python int or float."""
+    if isinstance(p, np.ndarray):
+        p = p.item()
+    if isinstance(p, (bool, np.bool_, np.integer)):
+        return int(p)
+    return float(p) if isinstance(p, np.floating) else p
+
+
+def _expected_averaging(op, args, kwargs):
+    """What the oracle says of an averaging-family call that returned (None when too costly)."""
+    base = op.removeprefix("nhwc.")
+    kind = KINDS[base]
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("opset", "node_outputs")}
+    activation = kwargs.pop("activation", None)
+    params = kwargs.pop("activation_params", None)
+    p = _plain_p(kwargs.pop("p", 2))
+    x = _oracle_input(args[0])
+    dtype = x.dtype
+    if op != base:
+        x = np.ascontiguousarray(np.moveaxis(x, -1, 1))
+    whole = kind != "lp" or float(p).is_integer()
+    if base.startswith("global_"):
+        if x.size > (GLOBAL_BUDGET if whole else FRACTIONAL_LP_BUDGET):
+            return None
+        oracle_call = {"max": oracle.global_max_pool, "average": oracle.global_average_pool,
+                       "lp": lambda x: oracle.global_lp_pool(x, p=p)}[kind]
+        exact, info = oracle_call(x)
+    else:
+        kernel = [int(v) for v in args[1]]
+        window = {k: kwargs.get(k) for k in ("strides", "pads", "dilations")}
+        window.update(auto_pad=kwargs.get("auto_pad", "NOTSET"),
+                      ceil_mode=int(kwargs.get("ceil_mode", 0)))
+        geometry = oracle.max_pool_geometry(x.shape[2:], kernel, window["strides"],
+                                            window["pads"], window["dilations"],
+                                            window["auto_pad"], window["ceil_mode"])
+        if geometry is None:
+            raise Failure("returned a value where no window fits")
+        y_shape = x.shape[:2] + geometry[0]
+        if math.prod(y_shape) == 0:  # no output: the oracle would still visit every window
+            exact = np.zeros(y_shape)
+            info = oracle.BoundInfo(np.zeros(y_shape, np.int64), exact)
+        else:
+            taps = math.prod(geometry[0]) * math.prod(kernel) * (1 + x.shape[0] * x.shape[1])
+            budget = (AVERAGE_BUDGET if kind == "average" else LP_BUDGET if whole
+                      else FRACTIONAL_LP_BUDGET)
+            if taps > budget:
+                return None
+            if kind == "average":
+                exact, info = oracle.average_pool(
+                    x, kernel, count_include_pad=int(kwargs.get("count_include_pad", 0)),
+                    **window)
+            else:
+                exact, info = oracle.lp_pool(x, kernel, p=p, **window)
+    if op != base:
+        exact = np.moveaxis(exact, 1, -1)
+        info = oracle.BoundInfo(np.moveaxis(info.count, 1, -1), np.moveaxis(info.maxabs, 1, -1))
+    return Bounded(exact, info, dtype, kind,
+                   None if activation is None else (activation, params or []))
+
+
+def _check_bounded(result, expected: Bounded) -> None:
+    if not isinstance(result, np.ndarray):
+        raise Failure(f"returned {type(result).__name__}, expected an array")
+    if expected.activation is None:
+        try:
+            with np.errstate(all="ignore"):  # NaN bits of float16 cast to float64
+                oracle.assert_within_bound(result, expected.exact, expected.info,
+                                           expected.dtype, expected.kind)
+        except AssertionError as error:
+            raise Failure(f"Y outside the contract's bound: {error}") from None
+        return
+    if result.dtype != expected.dtype or result.shape != expected.exact.shape:
+        raise Failure(f"Y: {result.dtype} {result.shape}, oracle {expected.dtype} "
+                      f"{expected.exact.shape}")
+    # activation(Y) for any Y the contract allows: Y in [lo, hi] (or past T's largest value:
+    # inf), so activation(Y) in [f(lo), f(hi)], give or take a rounding to T (2 ulp) and
+    # float64's own (the formulas).
+    name, params = expected.activation
+    formula = ACTIVATIONS[name]
+    exact, info, dtype = expected.exact, expected.info, expected.dtype
+    u = 2.0 ** -53 if dtype == np.float64 else 2.0 ** -24
+    largest = float(ml_dtypes.finfo(dtype).max)
+    with np.errstate(all="ignore"):
+        bound = 2 * oracle.ulp(exact, dtype) + info.count * u * info.maxabs
+        finite = np.isfinite(exact)
+        lo = np.where(exact < -largest, -np.inf, np.where(finite, exact - bound, exact))
+        hi = np.where(exact > largest, np.inf, np.where(finite, exact + bound, exact))
+        f_lo, f_hi = formula(lo, params), formula(hi, params)
+        slack = 2 * np.maximum(oracle.ulp(f_lo, dtype), oracle.ulp(f_hi, dtype)) + 4e-16
+        got = result.astype(np.float64)
+        ok = np.where(np.isnan(exact), np.isnan(got),
+                      (got >= f_lo - slack) & (got <= f_hi + slack))
+    if not ok.all():
+        at = tuple(int(v) for v in np.argwhere(~ok)[0])
+        raise Failure(f"{name}(Y) outside the contract's bound: {int((~ok).sum())} of "
+                      f"{ok.size}; at {at}: got {got[at]!r}, allowed [{f_lo[at]!r}, "
+                      f"{f_hi[at]!r}] (exact Y {exact[at]!r})")
+
+
 # What a refusal for size says (the library's own wording, or numpy's for an empty array
 # whose other dims overflow its index range).
 SIZE_WORDS = ("more than this machine's memory", "array is too big", "cannot allocate")
@@ -341,6 +505,11 @@ def judge(spec) -> tuple[str, str]:
         return _judge_refusal(op, args, kwargs, error)
     except Exception as error:  # noqa: BLE001 - any other exception is the defect sought
         return "fail", f"{type(error).__name__}: {error}"
+    found = validity.verdict(op, args, kwargs)
+    if found.kind == validity.INVALID:
+        return "fail", f"computed a call the contract refuses: {found.reason}"
+    if op in cases.AVERAGING_OPS:
+        return _judge_averaging_value(op, args, kwargs, result)
     try:
         expected = _expected(op, args, kwargs, result)
     except Failure as failure:
@@ -363,6 +532,24 @@ def judge(spec) -> tuple[str, str]:
             if not isinstance(result, np.ndarray):
                 raise Failure(f"returned {type(result).__name__}, expected an array")
             _same(result, expected, "output", arithmetic)
+    except Failure as failure:
+        return "fail", str(failure)
+    return "value", ""
+
+
+def _judge_averaging_value(op, args, kwargs, result) -> tuple[str, str]:
+    """A value of the averaging family passes within the contract's bound of the exact
+    result."""
+    try:
+        expected = _expected_averaging(op, args, kwargs)
+    except Failure as failure:
+        return "fail", str(failure)
+    except Exception as error:  # noqa: BLE001
+        return "fail", f"accepted a call the oracle refuses ({type(error).__name__}: {error})"
+    if expected is None:
+        return "unchecked", ""
+    try:
+        _check_bounded(result, expected)
     except Failure as failure:
         return "fail", str(failure)
     return "value", ""

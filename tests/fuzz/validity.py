@@ -10,10 +10,17 @@ API might convert).  Each non-valid verdict carries the reason.
 
 Sizes: a call whose output or tables need more than the machine's memory is ``TOO_LARGE``,
 which a refusal may answer only by saying so.
+
+The averaging family reads each version's attributes and types from the schemas: onnx's
+``defs.get_schema`` for ai.onnx, onnxruntime's ``get_all_operator_schema()`` for
+com.ms.internal.nhwc; the versions are SEMANTICS.md's table.  Its verdicts weigh every
+argument: a call holding one invalid argument is ``INVALID`` even if another is only
+``EITHER``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import resource
@@ -31,6 +38,16 @@ VERSIONS = {
     ("", "Col2Im"): (18,),
     (NHWC, "MaxPool"): (1, 8, 10, 11, 12),
     (NHWC, "MaxUnpool"): (9, 11),
+    ("", "AveragePool"): (1, 7, 10, 11, 19, 22),
+    ("", "LpPool"): (1, 2, 11, 18, 22),
+    ("", "GlobalMaxPool"): (1, 22),
+    ("", "GlobalAveragePool"): (1, 22),
+    ("", "GlobalLpPool"): (1, 2, 22),
+    (NHWC, "AveragePool"): (7, 10, 11, 19),
+    (NHWC, "LpPool"): (11, 18),
+    (NHWC, "GlobalMaxPool"): (1,),
+    (NHWC, "GlobalAveragePool"): (1,),
+    (NHWC, "GlobalLpPool"): (2,),
 }
 # Activations of the nhwc domain and how many parameters each takes (SEMANTICS.md).
 ACTIVATIONS = {"Relu": 0, "Tanh": 0, "Sigmoid": 0, "LeakyRelu": 1, "Clip": 2, "HardSigmoid": 2}
@@ -82,8 +99,11 @@ def _onnx_type(array: np.ndarray) -> str | None:
     if array.dtype.kind == "O":
         flat = array.ravel()
         return "tensor(string)" if all(isinstance(v, str) for v in flat) else None
+    dtype = array.dtype
+    if dtype.byteorder not in "=|":  # the values count, not their byte order
+        dtype = dtype.newbyteorder("=")
     try:
-        code = helper.np_dtype_to_tensor_dtype(array.dtype)
+        code = helper.np_dtype_to_tensor_dtype(dtype)
     except (ValueError, KeyError, TypeError):
         return None
     name = helper.tensor_dtype_to_string(code).removeprefix("TensorProto.")
@@ -372,6 +392,202 @@ def _col2im(args, kwargs):
         raise _Refuse(EITHER, either)
 
 
+# ------------------------------------------------------------------- the averaging family
+
+AVERAGING = {"average_pool": "AveragePool", "lp_pool": "LpPool",
+             "global_max_pool": "GlobalMaxPool", "global_average_pool": "GlobalAveragePool",
+             "global_lp_pool": "GlobalLpPool"}
+# The Python functions' keywords for attributes some versions lack, and their defaults:
+# given at the default, a keyword cannot be told from none (see _lacking).
+_KEYWORDS = {"average_pool": ("dilations", "ceil_mode", "count_include_pad"),
+             "lp_pool": ("dilations", "ceil_mode")}
+_KEYWORDS.update({f"nhwc.{op}": names for op, names in _KEYWORDS.items()})
+
+
+class OpSchema(NamedTuple):
+    attributes: dict  # name -> "INT", "INTS", "FLOAT", "STRING", "FLOATS"
+    types: frozenset  # the data input's types, "tensor(float)" ...
+
+
+@functools.lru_cache(maxsize=None)
+def _nhwc_schemas() -> dict:
+    """onnxruntime's com.ms.internal.nhwc schemas: (op, since_version) -> OpSchema."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import get_all_operator_schema
+
+    found = {}
+    for schema in get_all_operator_schema():
+        if schema.domain != NHWC:
+            continue
+        data_type = schema.inputs[0].typeStr
+        types = next((c.allowed_type_strs for c in schema.type_constraints
+                      if c.type_param_str == data_type), [data_type])
+        found[schema.name, schema.since_version] = OpSchema(
+            {name: a.type.name for name, a in schema.attributes.items()}, frozenset(types))
+    return found
+
+
+def warm() -> None:
+    """Read onnxruntime's schemas now (a third of a second), not in each worker."""
+    _nhwc_schemas()
+
+
+@functools.lru_cache(maxsize=None)
+def op_schema(domain: str, op: str, version: int) -> OpSchema:
+    if domain == NHWC:
+        return _nhwc_schemas()[op, version]
+    schema = defs.get_schema(op, version)
+    data_type = schema.inputs[0].type_str
+    constraint = next(c for c in schema.type_constraints if c.type_param_str == data_type)
+    return OpSchema({name: a.type.name for name, a in schema.attributes.items()},
+                    frozenset(constraint.allowed_type_strs))
+
+
+class _Weighed:
+    """The reasons a call may go either way, gathered while the checks go on: an invalid
+    argument found after them still makes the call INVALID."""
+
+    def __init__(self):
+        self.either = []
+
+    def run(self, check, *args):
+        """``check(*args)``; an EITHER it raises is noted, and None returned."""
+        try:
+            return check(*args)
+        except _Refuse as refusal:
+            if refusal.verdict.kind != EITHER:
+                raise
+            self.either.append(refusal.verdict.reason)
+            return None
+
+
+def _soft_ints(weighed, name, value, length, low, required=False):
+    """_ints, with an EITHER (a value past 2**40, a narrow integer array) noted and the values
+    kept (the geometry still decides whether a window fits)."""
+    try:
+        return _ints(name, value, length, low, required)
+    except _Refuse as refusal:
+        if refusal.verdict.kind != EITHER:
+            raise
+        weighed.either.append(refusal.verdict.reason)  # raised once every value checked out
+        return [int(v) for v in (value.tolist() if isinstance(value, np.ndarray) else value)]
+
+
+def _number(value):
+    """A real number of Python or numpy (not bool), as int or float; None otherwise."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    return None
+
+
+def _p(weighed, label, value, kind):
+    """LpPool's p: a number > 0 where the schema types it FLOAT (version 1), an integer >= 1
+    where INT (SEMANTICS.md)."""
+    if isinstance(value, (bool, np.bool_)):
+        if not value:
+            _invalid(f"p {value!r}")
+        weighed.either.append(f"p {value!r}: a bool where a number is wanted")
+        return 1
+    number = _number(value)
+    if number is None:
+        if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+            weighed.either.append(f"p given as a 0-d {value.dtype} array")
+            number = value.item()
+            if not number > 0 or (kind == "INT" and (not math.isfinite(number)
+                                                       or number != int(number))):
+                _invalid(f"p {value!r}")
+            return number
+        _invalid(f"p {value!r} is not a number")
+    if math.isnan(number) or number <= 0:
+        _invalid(f"p {value!r} is not > 0")
+    if kind == "INT":
+        if isinstance(number, float):
+            if not math.isfinite(number) or number != math.floor(number):
+                _invalid(f"p {value!r} is not an integer ({label} types it INT)")
+            weighed.either.append(f"p {value!r}: an integral float where an int is wanted")
+        return number
+    if math.isinf(number):
+        # (sum |x|^p)^(1/p) has no value at p = inf, only a limit: the contract is silent
+        weighed.either.append("p = inf")
+    return number
+
+
+def _averaging_attribute(weighed, op, label, schema, name, value, rank, version):
+    """A name the version's schema lacks: a keyword of the Python function given at its
+    default may pass for not given (a node names it: either answer is fair, as for
+    MaxPool); anything else is an error."""
+    if name in schema.attributes or (name == "dilations" and value is None):
+        return  # None: the Python keyword's "not given"
+    if name in _KEYWORDS.get(op, ()):
+        weighed.run(_lacking, name, value, [1] * rank if name == "dilations" else 0, version)
+        return
+    _invalid(f"{label} has no attribute {name!r}")
+
+
+def _averaging(op, args, kwargs):
+    """AveragePool, LpPool and the global pools (SEMANTICS.md, "The averaging family"):
+    the version's schema says which attributes exist; windows are MaxPool's; p as _p says;
+    a node has one output."""
+    channels_last = op.startswith("nhwc.")
+    domain = NHWC if channels_last else ""
+    base = op.removeprefix("nhwc.")
+    name = AVERAGING[base]
+    version = _version(domain, name, kwargs.get("opset"))
+    schema = op_schema(domain, name, version)
+    label = f"{name}-{version}"
+    weighed = _Weighed()
+    x = _data(args[0], "X", 3)
+    if _onnx_type(x) not in schema.types:
+        _invalid(f"X of type {x.dtype} not in {label}'s T")
+    shape = list(x.shape)
+    if channels_last:
+        shape = [shape[0], shape[-1]] + shape[1:-1]
+    r = len(shape) - 2
+    if kwargs.get("node_outputs", 1) != 1:
+        _invalid(f"a node with {kwargs['node_outputs']} outputs; {label} has one")
+    rest = {k: v for k, v in kwargs.items() if k not in ("opset", "node_outputs")}
+    if "p" in schema.attributes:
+        _p(weighed, label, rest.pop("p", 2), schema.attributes["p"])
+    if "activation" in schema.attributes:
+        weighed.run(_activation, rest, False)
+        rest.pop("activation", None)
+        rest.pop("activation_params", None)
+    if base.startswith("global_"):
+        for key, value in rest.items():
+            _invalid(f"{label} has no attribute {key!r}")
+        _finish(weighed)
+        return
+    kernel = _soft_ints(weighed, "kernel_shape", args[1], r, 1, required=True)
+    strides = _soft_ints(weighed, "strides", rest.get("strides"), r, 1) or [1] * r
+    pads = _soft_ints(weighed, "pads", rest.get("pads"), 2 * r, 0) or [0] * (2 * r)
+    dilations = _soft_ints(weighed, "dilations", rest.get("dilations"), r, 1) or [1] * r
+    auto_pad = rest.get("auto_pad", "NOTSET")
+    if not isinstance(auto_pad, str) or auto_pad not in AUTO_PADS:
+        _invalid(f"auto_pad {auto_pad!r}")
+    ceil_mode = _flag("ceil_mode", rest.get("ceil_mode", 0))
+    if "count_include_pad" in rest:
+        _flag("count_include_pad", rest["count_include_pad"])
+    for key, value in rest.items():
+        _averaging_attribute(weighed, op, label, schema, key, value, r, version)
+    if auto_pad != "NOTSET" and any(pads):
+        _invalid(f"pads {pads} with auto_pad {auto_pad}")
+    outs = _pool_outputs(shape[2:], kernel, strides, pads, dilations, auto_pad,
+                         ceil_mode and auto_pad == "NOTSET")
+    _finish(weighed)
+    y_shape = shape[:2] + outs
+    # the tables of a non-empty Y: a row per output along each axis, a divisor per position
+    tables = 24 * r * max(outs) + 16 * math.prod(outs) if math.prod(y_shape) else 0
+    _size(y_shape, x.dtype.itemsize, extra=tables)
+
+
+def _finish(weighed):
+    if weighed.either:
+        raise _Refuse(EITHER, "; ".join(weighed.either))
+
+
 def verdict(op: str, args, kwargs) -> Verdict:
     """Whether the call ``op(*args, **kwargs)`` (the judge's names: "max_pool",
     "nhwc.max_unpool", ...) must be computed, refused, or may be either."""
@@ -382,6 +598,8 @@ def verdict(op: str, args, kwargs) -> Verdict:
             _max_pool(op, args, kwargs, shape_only=True)
         elif op in ("max_unpool", "nhwc.max_unpool"):
             _max_unpool(op, args, kwargs)
+        elif op.removeprefix("nhwc.") in AVERAGING:
+            _averaging(op, args, kwargs)
         else:
             _col2im(args, kwargs)
     except _Refuse as refusal:
