@@ -102,6 +102,31 @@ def block_inputs(name: str, fixed: dict, spatial_axes: list[int], axis_pieces: l
     return keys, placements
 
 
+def slab_inputs(name: str, n_axis: int, c_axis: int, n_chunk: tuple[int, int],
+                c_chunk: tuple[int, int], spatial_axes: list[int], reach: list, ndim: int):
+    """The input chunks a pooling slab reads: ``(keys, placements, block_shape)``.
+
+    ``n_chunk`` and ``c_chunk`` are (chunk number, length) of the slab's N and C chunks;
+    ``reach[i]`` is ``(lo, hi, pieces)`` along ``spatial_axes[i]``: the input range the
+    windows read and its :func:`pieces`.  A slab that reads nothing (its windows all in the
+    padding) takes an element-less slice of the block's first chunk."""
+    if any(hi - lo == 0 for lo, hi, _ in reach):
+        keys = [tuple([name] + [n_chunk[0] if i == n_axis else c_chunk[0] if i == c_axis else 0
+                                for i in range(ndim)])]
+        placements = [(None, tuple(slice(None) if i in (n_axis, c_axis) else slice(0, 0)
+                                   for i in range(ndim)))]
+        block_shape = tuple(n_chunk[1] if i == n_axis else c_chunk[1] if i == c_axis else 0
+                            for i in range(ndim))
+        return keys, placements, block_shape
+    keys, placements = block_inputs(name, {n_axis: n_chunk, c_axis: c_chunk}, spatial_axes,
+                                    [pieces_ for _, _, pieces_ in reach], ndim)
+    block_shape = [0] * ndim
+    block_shape[n_axis], block_shape[c_axis] = n_chunk[1], c_chunk[1]
+    for axis, (lo, hi, _) in zip(spatial_axes, reach):
+        block_shape[axis] = hi - lo
+    return keys, placements, tuple(block_shape)
+
+
 def arrays_from_tasks(prefix: str, tasks: dict, dependencies: list, outputs: list,
                       token) -> list[da.Array]:
     """Dask arrays from a layer of tasks keyed by block.  ``outputs`` lists per array its

@@ -151,23 +151,9 @@ def pool_windows_chunked(spec, x: da.Array, plan: WindowPlan, kind: str,
         for combo_index in np.ndindex(*[len(e) for e in per_axis]):
             combo = [per_axis[a][j] for a, j in enumerate(combo_index)]
             sub = slab_plan(plan, [((e[0], e[1]), (e[2], e[3])) for e in combo])
-            if min(sub.in_shape) == 0:
-                # No input needed: an element-less slice of the block's first chunk.
-                keys = [tuple([x.name] + [bn if i == n_axis else bc if i == c_axis else 0
-                                          for i in range(ndim)])]
-                placements = [(None, tuple(slice(None) if i in (n_axis, c_axis) else slice(0, 0)
-                                           for i in range(ndim)))]
-                block_shape = tuple(n_chunks[bn] if i == n_axis else c_chunks[bc]
-                                    if i == c_axis else 0 for i in range(ndim))
-            else:
-                fixed = {n_axis: (bn, n_chunks[bn]), c_axis: (bc, c_chunks[bc])}
-                keys, placements = _graph.block_inputs(
-                    x.name, fixed, spatial_axes, [e[4] for e in combo], ndim)
-                block_shape = [0] * ndim
-                block_shape[n_axis], block_shape[c_axis] = n_chunks[bn], c_chunks[bc]
-                for axis, e in zip(spatial_axes, combo):
-                    block_shape[axis] = e[3] - e[2]
-                block_shape = tuple(block_shape)
+            keys, placements, block_shape = _graph.slab_inputs(
+                x.name, n_axis, c_axis, (bn, n_chunks[bn]), (bc, c_chunks[bc]), spatial_axes,
+                [(e[2], e[3], e[4]) for e in combo], ndim)
             key = (bn,) + combo_index + (bc,) if channels_last else (bn, bc) + combo_index
             tasks[key] = (_windows_block, keys, placements, block_shape, x.dtype, spec.label,
                           sub, kind, count_include_pad, p, channels_last, running, block, act)
