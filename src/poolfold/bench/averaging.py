@@ -18,13 +18,13 @@ that padding without the dilation (wrong windows; see :mod:`poolfold.placement`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 import poolfold
 
-from .matrix import _data, _symmetric_padding, _to_nchw, tiny_shape
+from .matrix import _data, _symmetric_padding, _to_nchw, case_workloads
 from .workloads import FLOAT32, OnnxNode, Runner, Workload
 
 AVERAGE, LP = "AveragePool", "LpPool"
@@ -275,8 +275,4 @@ def _workload(case: Case) -> Workload:
 
 def workloads(tiny: bool = False) -> tuple[Workload, ...]:
     """The matrix's workloads; ``tiny``: on :func:`~.matrix.tiny_shape` inputs."""
-    if tiny:
-        return tuple(_workload(replace(case, shape=tiny_shape(case.shape, case.extents(),
-                                                              case.strides)))
-                     for case in CASES)
-    return tuple(_workload(case) for case in CASES)
+    return case_workloads(CASES, _workload, tiny)

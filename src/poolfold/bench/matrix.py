@@ -233,11 +233,15 @@ def _workload(case: Case) -> Workload:
 
 def workloads(tiny: bool = False) -> tuple[Workload, ...]:
     """The matrix's workloads; ``tiny``: on :func:`tiny_shape` inputs."""
+    return case_workloads(CASES, _workload, tiny)
+
+
+def case_workloads(cases, make, tiny: bool) -> tuple[Workload, ...]:
+    """``make(case)`` for each case (a matrix's), on :func:`tiny_shape` inputs if ``tiny``."""
     if tiny:
-        return tuple(_workload(replace(case, shape=tiny_shape(case.shape, case.extents(),
-                                                              case.strides)))
-                     for case in CASES)
-    return tuple(_workload(case) for case in CASES)
+        cases = [replace(case, shape=tiny_shape(case.shape, case.extents(), case.strides))
+                 for case in cases]
+    return tuple(make(case) for case in cases)
 
 
 MATRIX: tuple[Workload, ...] = workloads()
