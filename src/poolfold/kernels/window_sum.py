@@ -122,18 +122,6 @@ def _two_sum_into(hi, lo, i, b):
     hi[i] = s
 
 
-def _part(a, start, stop):  # pragma: no cover - replaced by the overload inside numba
-    raise NotImplementedError
-
-
-@overload(_part)
-def _part_overload(a, start, stop):
-    """``a[start:stop]``, or None for None (an absent compensation buffer)."""
-    if isinstance(a, types.NoneType):
-        return lambda a, start, stop: None
-    return lambda a, start, stop: a[start:stop]
-
-
 @_helper
 def _add(dst, lo_buf, dst_at, src, src_at, count, step, mark, p, assign=False, scale=1.0):
     """``dst[dst_at + i] += term(src[src_at + i * step])`` for ``i < count`` (``=`` with
