@@ -207,11 +207,14 @@ def launch(kernel, *args):
 
 
 # The least work (elements a kernel reads and writes) worth a part of its own.  Handing a part
-# to a pool thread and waiting for it costs 25-35 us on a busy 2-core machine (measured with
-# a kernel that does nothing; a few us when idle), while the kernels take 0.7-4 ns per
-# element: below this, one thread finishes sooner.  Measured on the bundled model's calls
-# (4-82 Ki elements) under load: one part took half the time of two.
-MIN_WORK_PER_PART = 2**16
+# to a pool thread and waiting for it costs far more than the few microseconds of the hand-off
+# itself where the cores are virtual: a pool thread that has gone idle waits for its core to be
+# woken.  Measured on a quiet 2-core virtual machine, MaxPool 3x3 / 2x2 on batch-1 inputs of
+# 100 Ki to 1.6 Mi elements, one thread against two: two took 1.2-2.3x as long up to about
+# 400 Ki elements of work ((1,64,56,56) 3x3 stride 2: 0.28 against 0.40-0.59 ms), broke even
+# near 1 Mi and won from there ((1,128,112,112): 0.88-1.2 against 1.45-1.54 ms).  So a call
+# is split only where each part gets at least this much.
+MIN_WORK_PER_PART = 2**18
 
 # Pieces per thread of a threaded call (see launch_split): each costs a kernel call (3 us for
 # the MaxPool kernels' 21 arguments) and they let the threads even out a slow core.
