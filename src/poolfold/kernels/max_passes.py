@@ -20,9 +20,9 @@ in the phases of the pass after it.
 
 The last axis of a channels-first plane has no inner run: its pass reads each row of the
 input where it lies (stride 1: tap t is the row shifted; stride 2: tap t is a stream of words
-of two elements, :mod:`poolfold.kernels.words`), or, for other strides and long windows,
-turns ``L`` rows at a time into ``L`` lanes (:mod:`poolfold.kernels.lanes`) and reduces those
-as an inner run.
+of two elements, :mod:`poolfold.kernels.words`; other strides: an output's taps at a time),
+or, for long windows, turns ``L`` rows at a time into ``L`` lanes
+(:mod:`poolfold.kernels.lanes`) and reduces those as an inner run.
 
 Long windows (``axes[VAN_HERK]``) are reduced by van Herk / Gil-Werman runs: along the axis, blocks
 of k taps (of one residue modulo the dilation) get their prefix and suffix maxima, and a
@@ -44,8 +44,8 @@ from numba import njit, types
 from numba.extending import overload
 
 from . import helper
-from .folds import (fill, fill_column, fold, fold_column, fold_rows, fold_word_rows,
-                    prefix_runs, suffix_runs)
+from .folds import (fill, fill_column, fold, fold_column, fold_rows, fold_strided_rows,
+                    fold_word_rows, prefix_runs, suffix_runs)
 from .lanes import from_lanes, lane_count, to_lanes
 from .words import element_bits
 
@@ -203,12 +203,13 @@ def _van_herk(src, src_at, unit_at, n, inner, first, lo, hi, k, s, d, flat_lo, f
 
 
 @helper
-def _rows_pass(x, words, base, rows, n, first, lo, hi, k, d, uncut_lo, uncut_hi, shift, o_b,
+def _rows_pass(x, words, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi, shift, o_b,
                o_e, dst, dst_at, targets, empty_value):
     """The pass over the last axis of channels-first planes, reading the ``rows`` rows of
     ``n`` elements at ``x[base:]`` where they lie: for the uncut outputs, at stride 1 (``words``
     None) tap t is the row shifted, at stride 2 a stream of ``words`` (the input seen as words
-    of two elements); then the outputs whose window the padding cuts, one output of a chunk of
+    of two elements), at other strides (``words`` None) an output's taps are read at once;
+    then the outputs whose window the padding cuts, one output of a chunk of
     rows at a time.  Positions are recorded (an element's index in ``x``) and laid out as the
     values.  Row u's outputs go to ``dst[targets[u]:]`` (:func:`_place_units`)."""
     flat_lo = max(o_b, uncut_lo)
@@ -225,7 +226,7 @@ def _rows_pass(x, words, base, rows, n, first, lo, hi, k, d, uncut_lo, uncut_hi,
             for r in range(chunk):
                 here[r] += flat_lo
             e = origin + first[flat_lo]
-            _fold_uncut(dst, dst_at, here, x, words, e, n, chunk, k, d, count, bits)
+            _fold_uncut(dst, dst_at, here, x, words, e, n, chunk, k, s, d, count, bits)
             for r in range(chunk):
                 here[r] -= flat_lo
         for o in range(o_b, o_e):
@@ -267,20 +268,25 @@ def _lanes_pass(x, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi, sh
                    dst_at, targets[g:g + group], targets[g:g + group])
 
 
-def _fold_uncut(dst, dst_at, targets, x, words, e, n, rows, k, d, count, bits):  # pragma: no cover
+def _fold_uncut(dst, dst_at, targets, x, words, e, n, rows, k, s, d, count,
+                bits):  # pragma: no cover
     raise NotImplementedError
 
 
 @overload(_fold_uncut)
-def _fold_uncut_overload(dst, dst_at, targets, x, words, e, n, rows, k, d, count, bits):
-    """The uncut outputs of rows read where they lie: shifted (``words`` None) or as words.
-    Chosen by type, so that only the one a call needs is compiled."""
+def _fold_uncut_overload(dst, dst_at, targets, x, words, e, n, rows, k, s, d, count, bits):
+    """The uncut outputs of rows read where they lie: shifted (``words`` None, stride 1),
+    strided (``words`` None, any other stride) or as words (stride 2).  Words or not is
+    chosen by type, so that a call compiles only what it needs."""
     if isinstance(words, types.NoneType):
-        def shifted(dst, dst_at, targets, x, words, e, n, rows, k, d, count, bits):
-            fold_rows(dst, dst_at, targets, x, e, n, rows, k, d, count)
+        def shifted(dst, dst_at, targets, x, words, e, n, rows, k, s, d, count, bits):
+            if s == 1:
+                fold_rows(dst, dst_at, targets, x, e, n, rows, k, d, count)
+            else:
+                fold_strided_rows(dst, dst_at, targets, x, e, n, rows, k, s, d, count)
         return shifted
 
-    def paired(dst, dst_at, targets, x, words, e, n, rows, k, d, count, bits):
+    def paired(dst, dst_at, targets, x, words, e, n, rows, k, s, d, count, bits):
         fold_word_rows(dst, dst_at, targets, words, e, n, rows, k, d, count, bits)
     return paired
 
@@ -302,8 +308,8 @@ def _last_axis_pass_overload(lanes, x, words, base, rows, n, first, lo, hi, k, s
         def in_place(lanes, x, words, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi,
                      shift, o_b, o_e, run, run_at, van_herk, lane_space, lane_space_at,
                      lane_capacity, dst, dst_at, targets, starts, empty_value):
-            _rows_pass(x, words, base, rows, n, first, lo, hi, k, d, uncut_lo, uncut_hi, shift,
-                       o_b, o_e, dst, dst_at, targets, empty_value)
+            _rows_pass(x, words, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi,
+                       shift, o_b, o_e, dst, dst_at, targets, empty_value)
         return in_place
 
     def through_lanes(lanes, x, words, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi,

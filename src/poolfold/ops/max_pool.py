@@ -245,7 +245,7 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
     - ``tiles`` (``window_max_tiles``): 2x2(x2) windows at stride 2 that tile the input, row
       -major Indices: one fused pass reading pairs of elements as words.
     - ``direct`` (``window_max``): a 0-size axis (every window is empty), or windows that skip
-      most of the input (a 1x1 window at stride 4, say), where visiting each output's own
+      most of the input (a 1x1x1 window at stride 8, say), where visiting each output's own
       taps beats passes over every input position (:func:`_passes_cost`).
     - ``separable`` (``window_max_separable``): the few short windows it was measured to
       pool faster than ``max_passes`` (:func:`_separable_wins`).
@@ -274,19 +274,26 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
 
 def _separable_wins(plan: WindowPlan, itemsize: int) -> bool:
     """Where the older separable kernel (``window_max_separable``) was measured faster than
-    ``max_passes``: windows of at most three taps along the last axis, no long window
-    elsewhere, and a last axis that ``max_passes`` would read through lanes (a stride above
-    2, or 8-byte elements at stride 2), or float16 / bfloat16 words at stride 2 (one thread,
-    3x3 windows: 0.72 against 0.97 ms at stride 3, float32; 2.7 against 4.8 ms at stride 2,
-    float16).  Longer windows go to ``max_passes`` (8x8 at stride 8: 21 against 72 ms)."""
+    ``max_passes`` (one thread, ranks 1-3, windows 2-5 at strides 2-4, no long window):
+
+    - 1- and 2-byte types, whatever the window: 1.2-8x faster (uint8 3x3 at stride 3, 0.39
+      against 1.9 ms; float16 1-D windows of 4 at stride 3, 0.92 against 8.0 ms), but for
+      uint8 2-D 2x2 or 3x3 windows at stride 2 (0.8x, kept for simplicity);
+    - 4-byte types with windows of at most three taps along the last axis, in 1-D (1.5-2.3x)
+      or at strides of 3 and more (1.2-2.2x, 3x3x3 at stride 3: 1.7 against 2.8 ms); longer
+      windows go to ``max_passes`` (5x5 at stride 3: 2.7 against 6.3 ms);
+    - 8-byte types with such windows in 1-D only (1.4-1.7x; in 2-D the passes were up to 2x
+      faster)."""
     last = plan.rank - 1
-    stride = plan.strides[last]
-    if plan.kernel[last] > 3 or any(_van_herk(k, s) for k, s in zip(plan.kernel,
-                                                                    plan.strides)):
+    if any(_van_herk(k, s) for k, s in zip(plan.kernel, plan.strides)):
         return False
-    if stride > 2 or (stride == 2 and not has_words(itemsize)):
+    if itemsize <= 2:
         return True
-    return stride == 2 and itemsize == 2
+    if plan.kernel[last] > 3:
+        return False
+    if itemsize == 4:
+        return plan.rank == 1 or plan.strides[last] >= 3
+    return plan.rank == 1
 
 
 def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int):
@@ -304,17 +311,26 @@ def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int
 
 def _passes_cost(plan: WindowPlan) -> tuple[float, float]:
     """Rough costs, in vectorised element visits, of the separable passes and of the direct
-    scan.  The passes visit each input position once per tap of each axis (about three for a
-    van Herk axis, whatever its window) in vectorised loops; a direct scan visits each output's
-    whole window, one tap at a time (about 8x dearer per visit, measured), after about four
-    taps' worth of work finding it."""
-    vectorised = 8
+    scan.  The passes run from the last axis to the first, each over what the passes before it
+    left (the pass over an axis of stride s leaves about 1/s of its input), visiting each of
+    its outputs once per tap (about three for a van Herk axis, whatever its window) in
+    vectorised loops, or, for a last axis read an output at a time (strides above 2), in
+    loops about 3x dearer per visit.  A direct scan visits each output's whole window, one tap
+    at a time (about 16x dearer per visit), after about four taps' worth of work finding it.
+    (Measured, one thread: 8x8 windows at stride 8 took 19 ms by passes against 33 ms direct;
+    3-D 2x2x2 at stride 4, 1.4 ms by passes against 3.3 direct; 3-D 1x1x1 at stride 8, 0.21
+    against 0.14.)"""
+    vectorised, strided, direct = 8, 8 / 3, 1 / 2
     per_output = 4
-    size, outputs = math.prod(plan.in_shape), math.prod(plan.out_shape)
-    passes = outputs
-    for k, s in zip(plan.kernel, plan.strides):
-        passes += size * (3 if _van_herk(k, s) else k) / vectorised
-    return passes, outputs * (math.prod(plan.kernel) + per_output)
+    outputs = math.prod(plan.out_shape)
+    passes = float(outputs)
+    left = float(math.prod(plan.in_shape))
+    for a in range(plan.rank - 1, -1, -1):
+        k, s = plan.kernel[a], plan.strides[a]
+        left = left / plan.in_shape[a] * plan.out_shape[a]  # this pass's outputs
+        per_visit = strided if a == plan.rank - 1 and s > 2 else vectorised
+        passes += left * (3 if _van_herk(k, s) else k) / per_visit
+    return passes, outputs * (math.prod(plan.kernel) + per_output) / direct
 
 
 # Windows at least this long along an axis are reduced by van Herk / Gil-Werman runs (about
@@ -373,16 +389,19 @@ def passes_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
         axes[:, a] = (ins[a], outs[a], k, plan.strides[a], plan.dilations[a], *uncut,
                       _van_herk(k, plan.strides[a]))
     van_herk = axes[VAN_HERK].astype(bool)
-    # how a channels-first last axis is read: shifted rows at stride 1, words at stride 2,
-    # lanes otherwise (and for van Herk runs, which need the rows' positions in order)
+    # how a channels-first last axis is read: through lanes for van Herk runs (which need
+    # the rows' positions in order), as words at stride 2, else where the rows lie: shifted at
+    # stride 1, an output at a time at other strides, but for 1- and 2-byte types, whose
+    # conversions (to float32, for the comparisons) then cost 3-6x what lanes cost
     words = lanes = False
     if channels == 1:
         stride = plan.strides[last]
-        if van_herk[last] or stride > 2:
+        if van_herk[last]:
             lanes = True
-        elif stride == 2:
-            words = has_words(itemsize) and (planes * math.prod(ins)) % 2 == 0
-            lanes = not words
+        elif stride == 2 and has_words(itemsize) and (planes * math.prod(ins)) % 2 == 0:
+            words = True
+        else:
+            lanes = stride >= 2 and itemsize < 4
     plane_bytes = math.prod(ins) * channels * itemsize
     per_item, rows_per_item, items_per_plane = 1, outs[0], 1
     if rank == 1 and lanes and width * plane_bytes <= LANE_GROUP_BYTES:
