@@ -411,8 +411,13 @@ def passes_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
     else:  # slabs of a few output rows along the first axis of one plane
         row_bytes = plane_bytes // ins[0]
         span = (plan.kernel[0] - 1) * plan.dilations[0] + 1
-        rows_per_item = max(1, min(outs[0], (SLAB_BYTES // row_bytes - span) // plan.strides[0]
-                                   + 1))
+        rows_per_item = (SLAB_BYTES // row_bytes - span) // plan.strides[0] + 1
+        # but enough rows that a slab's passes over its other axes redo at most half again
+        # the rows they need (the slabs overlap by span - stride rows): channels-last 7x7 at
+        # stride 1 with 64 KiB rows got one output row per slab and redid each row 7 times
+        overlap = max(span - plan.strides[0], 0)
+        rows_per_item = max(1, min(outs[0], max(rows_per_item,
+                                                -(-2 * overlap // plan.strides[0]))))
         items_per_plane = -(-outs[0] // rows_per_item)
     if items_per_plane == 1 and parts > 1:  # enough items for every thread's pieces
         per_item = max(1, min(per_item, -(-planes // (parts * PIECES_PER_THREAD))))
