@@ -274,7 +274,8 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
 
 def _separable_wins(plan: WindowPlan, itemsize: int) -> bool:
     """Where the older separable kernel (``window_max_separable``) was measured faster than
-    ``max_passes`` (one thread, ranks 1-3, windows 2-5 at strides 2-4, no long window):
+    ``max_passes`` (one thread, ranks 1-3, windows 2-5 at strides 2-4, no long window; at
+    stride 1 the passes are faster):
 
     - 1- and 2-byte types, whatever the window: 1.2-8x faster (uint8 3x3 at stride 3, 0.39
       against 1.9 ms; float16 1-D windows of 4 at stride 3, 0.92 against 8.0 ms), but for
@@ -285,8 +286,9 @@ def _separable_wins(plan: WindowPlan, itemsize: int) -> bool:
     - 8-byte types with such windows in 1-D only (1.4-1.7x; in 2-D the passes were up to 2x
       faster)."""
     last = plan.rank - 1
-    if any(_van_herk(k, s) for k, s in zip(plan.kernel, plan.strides)):
-        return False
+    if plan.strides[last] < 2 or any(_van_herk(k, s) for k, s in zip(plan.kernel,
+                                                                       plan.strides)):
+        return False  # (at stride 1 the passes read shifted rows: 1-D 3-tap windows 0.5x)
     if itemsize <= 2:
         return True
     if plan.kernel[last] > 3:
