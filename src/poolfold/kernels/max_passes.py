@@ -209,8 +209,7 @@ def _rows_pass(x, words, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_
     ``n`` elements at ``x[base:]`` where they lie: for the uncut outputs, at stride 1 (``words``
     None) tap t is the row shifted, at stride 2 a stream of ``words`` (the input seen as words
     of two elements), at other strides (``words`` None) an output's taps are read at once;
-    then the outputs whose window the padding cuts, one output of a chunk of
-    rows at a time.  Positions are recorded (an element's index in ``x``) and laid out as the
+    then the outputs whose window the padding cuts, one output of a chunk of rows at a time.  Positions are recorded (an element's index in ``x``) and laid out as the
     values.  Row u's outputs go to ``dst[targets[u]:]`` (:func:`_place_units`)."""
     flat_lo = max(o_b, uncut_lo)
     flat_hi = min(o_e, uncut_hi)
