@@ -4,7 +4,8 @@
 (``forced_kernel``) on hypothesis-drawn and hand-picked calls: ranks 1-4, short and long
 windows, strides, dilations, pads up to and beyond the window (empty windows), ceil_mode,
 SAME / VALID, every pooling type, NaN and ties, both storage orders, with and without Indices,
-channels-first and channels-last.  The separable passes also run with their slabs and van Herk
+channels-first and channels-last (the row kernel takes channels-first calls without Indices
+only).  The separable passes also run with their slabs and van Herk
 threshold shrunk (``tiny_slabs``), so that tiny tensors take the paths large ones do.
 """
 
@@ -23,13 +24,15 @@ from hypothesis import strategies as st
 import oracle
 import poolfold
 from poolfold.ops import max_pool as max_pool_module
-from poolfold.ops.max_pool import DIRECT, PASSES, SEPARABLE, TILES, forced_kernel
+from poolfold.ops.max_pool import DIRECT, PASSES, ROWS, SEPARABLE, TILES, forced_kernel
 
 DTYPES = [np.dtype(t) for t in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16,
                                 np.int8, np.uint8)]
 # Kernels that pool any plan with no 0-size axis (the tiling and older separable kernels take
 # only some: tested where they apply, below and in test_window_kernels.py).
 GENERAL = [PASSES, DIRECT]
+# ...and the kernel that pools any channels-first plan without Indices.
+PLAIN = [ROWS]
 
 
 @contextlib.contextmanager
@@ -78,8 +81,11 @@ def run_forced(kernel, x, kernel_shape, channels_last=False, **attributes):
 
 def check(kernel, x, kernel_shape, channels_last=False, **attributes):
     """``kernel`` forced against the oracle, with and without Indices (an NCHW ``x``: moved
-    to channels-last for ``channels_last``; the nhwc MaxPool takes no bfloat16: not run)."""
+    to channels-last for ``channels_last``; the nhwc MaxPool takes no bfloat16: not run).
+    The row kernel runs channels-first without Indices only."""
     if channels_last and x.dtype == ml_dtypes.bfloat16:
+        return
+    if kernel == ROWS and channels_last:
         return
     want_y, want_i = oracle.max_pool(
         x, kernel_shape, strides=attributes.get("strides"), pads=attributes.get("pads"),
@@ -87,7 +93,7 @@ def check(kernel, x, kernel_shape, channels_last=False, **attributes):
         ceil_mode=attributes.get("ceil_mode", False),
         storage_order=attributes.get("storage_order", 0))
     given_x = np.moveaxis(x, 1, -1).copy() if channels_last else x
-    for return_indices in (True, False):
+    for return_indices in (False,) if kernel == ROWS else (True, False):
         y, i = run_forced(kernel, given_x, kernel_shape, channels_last,
                           return_indices=return_indices, **attributes)
         if channels_last:
@@ -144,6 +150,15 @@ def test_forced_kernel_matches_oracle(kernel, call):
     check(kernel, x, kernel_shape, **attributes)
 
 
+@settings(max_examples=150)
+@given(call=calls())
+def test_rows_forced_match_oracle(call):
+    """The row kernel on every plan it takes: ranks 1-4, cut and empty windows, strides
+    1-4 (a loop each) and beyond."""
+    x, kernel_shape, attributes = call
+    check(ROWS, x, kernel_shape, **attributes)
+
+
 @settings(max_examples=100)
 @given(call=calls(max_rank=3))
 def test_passes_in_tiny_slabs_match_oracle(call):
@@ -181,6 +196,7 @@ def test_long_windows_match_oracle(length, kernel_shape, attributes, dtype):
     rng = np.random.default_rng(zlib.crc32(f"{length}-{kernel_shape}-{attributes}".encode()))
     x = values(rng, (2, 3, length), dtype, nan_rate=0.003)
     check(PASSES, x, kernel_shape, **attributes)
+    check(ROWS, x, kernel_shape, **attributes)
 
 
 # Hand-picked: every window length 1-9 at strides 1, 2, 3 and = kernel, with pads and
@@ -212,6 +228,8 @@ def test_hand_picked_match_oracle(shape, kernel_shape, attributes, dtype, kernel
     for storage_order in (0, 1):
         check(kernel, x, kernel_shape, storage_order=storage_order, **attributes)
     check(kernel, x, kernel_shape, channels_last=True, **attributes)
+    if kernel == PASSES:  # the row kernel beside it, on the same values
+        check(ROWS, x, kernel_shape, **attributes)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: t.name)
@@ -233,6 +251,28 @@ def test_a_forced_kernel_that_cannot_pool_the_plan_falls_back_and_says_so():
         "NOTSET", False)
     kernel, reason = max_pool_module.choose_kernel(plan, 4, 0, TILES)
     assert kernel == PASSES and "forced tiles refused" in reason
+
+
+def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
+    x = np.zeros((1, 2, 30, 30), np.float32)
+    spec = poolfold.schema.resolve("MaxPool", None)
+
+    def chosen(kernel_shape, strides, by_rows=True, shape=x.shape):
+        plan = max_pool_module.resolve_plan(spec, shape, kernel_shape, strides, None, None,
+                                            "NOTSET", False)
+        return max_pool_module.choose_kernel(plan, 4, 0, None, by_rows)[0]
+
+    assert chosen([5, 5], [3, 3]) == ROWS  # a strided last axis
+    assert chosen([7, 7], [1, 1]) == ROWS  # a window van Herk runs would take
+    assert chosen([5, 5], [3, 3], by_rows=False) != ROWS  # Indices or channels-last
+    assert chosen([3, 3], [1, 1]) == PASSES  # short windows at stride 1
+    assert chosen([2, 2], [2, 2]) == TILES
+    assert chosen([21, 21], [1, 1]) == PASSES  # long windows: van Herk runs
+    assert chosen([31], [1], shape=(1, 2, 300)) == ROWS
+    assert chosen([128], [1], shape=(1, 2, 300)) == PASSES
+    with forced_kernel(ROWS) as override:  # forced with Indices: refused, and said so
+        poolfold.max_pool(x, [3, 3], return_indices=True)
+    assert override.ran == [PASSES]
 
 
 def test_forced_and_chosen_launches_are_cached_apart():

@@ -18,6 +18,7 @@ from ..kernels.max_passes import (AXIS_ROWS, CHANNELS, COLUMN_MAJOR, ITEMS_PER_P
                                   LANE_CAPACITY, LANE_OUTPUTS, LANES, LAST_MODE,
                                   PLANES_PER_ITEM, ROWS_PER_ITEM, RUN_CAPACITY, SETUP_SIZE,
                                   SHIFTED, STAGE_CAPACITY, VAN_HERK, WORDS, max_passes)
+from ..kernels import max_rows as rows
 from ..kernels.window_max import window_max, window_max_separable, window_max_tiles
 from ..kernels.words import has_words, word_type, words_view
 from ..memory import allocate, check_size, check_table
@@ -233,15 +234,18 @@ def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_byte
 
 
 # The kernels MaxPool chooses from (:func:`choose_kernel`), by the names tests force them by.
-TILES, PASSES, SEPARABLE, DIRECT = "tiles", "passes", "separable", "direct"
-KERNELS = (TILES, PASSES, SEPARABLE, DIRECT)
+TILES, ROWS, PASSES, SEPARABLE, DIRECT = "tiles", "rows", "passes", "separable", "direct"
+KERNELS = (TILES, ROWS, PASSES, SEPARABLE, DIRECT)
 
 
 @functools.lru_cache(maxsize=512)
 def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
-                  forced: str | None = None) -> tuple[str, str]:
+                  forced: str | None = None, by_rows: bool = False) -> tuple[str, str]:
     """The kernel that pools ``plan`` over elements of ``itemsize`` bytes, and why.
+    ``by_rows``: the call can be pooled by rows (channels-first planes, no Indices).
 
+    - ``rows`` (``max_rows``): channels-first planes without Indices, unless an axis has a
+      long window (:func:`_rows_win`).
     - ``tiles`` (``window_max_tiles``): 2x2(x2) windows at stride 2 that tile the input, row
       -major Indices: one fused pass reading pairs of elements as words.
     - ``direct`` (``window_max``): a 0-size axis (every window is empty), or windows that skip
@@ -256,7 +260,7 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
     the choice falls back to the rules above and says so."""
     prefix = ""
     if forced is not None:
-        refusal = _cannot_run(forced, plan, itemsize, storage_order)
+        refusal = _cannot_run(forced, plan, itemsize, storage_order, by_rows)
         if refusal is None:
             return forced, f"forced: {forced}"
         prefix = f"forced {forced} refused ({refusal}); "
@@ -264,6 +268,8 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
         return DIRECT, prefix + "a 0-size axis: every window is empty"
     if storage_order == 0 and tiles_fit(plan, itemsize):
         return TILES, prefix + "2x2 windows tiling the input, at stride 2"
+    if by_rows and _rows_win(plan):
+        return ROWS, prefix + "channels-first planes without Indices, where rows were faster"
     passes, direct = _passes_cost(plan)
     if direct <= passes:
         return DIRECT, prefix + f"windows skip most of the input ({direct:.3g} < {passes:.3g})"
@@ -298,10 +304,48 @@ def _separable_wins(plan: WindowPlan, itemsize: int) -> bool:
     return plan.rank == 1
 
 
-def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int):
+# The longest window along an axis of several that ``max_rows`` takes (it folds every tap):
+# 2-D stride-1 windows of 15 were faster by rows (7.4 against 10.2 ms by van Herk runs over
+# (4,16,256,256)), of 21 slower (12.4 against 11.1).  1-D windows, which fold no leading rows,
+# gain up to 64 taps (63: 11.7 against 25 ms; 127: 27 against 15).
+ROWS_LONGEST_WINDOW = 16
+ROWS_LONGEST_1D_WINDOW = 64
+
+
+def _rows_win(plan: WindowPlan) -> bool:
+    """Where ``max_rows`` was measured faster than the other kernels (two threads, float32,
+    uint8 and float16, ranks 1-3), of the plans it can take:
+
+    - 1-D windows up to 64 taps: 1.1-4.8x faster than the passes (windows of 4 at stride 4,
+      2.9 against 5.5 ms; of 16 at stride 1, 4.8 against 31 ms);
+    - windows of at most 16 taps per axis at a last-axis stride of 3 or more, where the other
+      kernels reduce every input row along the last axis and rows reduce only the output rows
+      (2-D 5x5 at stride 3, 0.50 against 1.4 ms; 8x8 at stride 8, 6.4 against 10.4 ms);
+    - 2-D windows where the passes would take van Herk runs (2-D 7x7 at stride 1: 5.8 against
+      11.2 ms; 3x7, 3.8 against 9.7 ms).
+
+    Not short windows at strides 1 and 2, nor 3-D at those strides: rows of a few dozen
+    outputs each cost a call's setup, where the passes' loops run over whole planes (3-D 3x3x3
+    at stride 1 over 32-wide rows: 4.1 against 0.9 ms; 2-D 3x3 at stride 1, 5.8 against 3.7
+    ms)."""
+    if plan.rank == 1:
+        return plan.kernel[0] <= ROWS_LONGEST_1D_WINDOW
+    if max(plan.kernel) > ROWS_LONGEST_WINDOW:
+        return False
+    if plan.strides[-1] >= 3:
+        return True
+    return plan.rank == 2 and any(_van_herk(k, s) for k, s in zip(plan.kernel, plan.strides))
+
+
+def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int,
+                by_rows: bool):
     """Why ``kernel`` cannot pool ``plan``, or None when it can."""
     if kernel not in KERNELS:
         return f"no kernel named {kernel!r}; the kernels are {', '.join(KERNELS)}"
+    if kernel == ROWS and not by_rows:
+        return "Indices, or channels-last planes"
+    if kernel == ROWS and min(plan.in_shape) == 0:
+        return "a 0-size axis"
     if kernel == TILES and not (storage_order == 0 and tiles_fit(plan, itemsize)):
         return "the windows do not tile the input (or storage_order 1)"
     if kernel in (PASSES, SEPARABLE) and min(plan.in_shape) == 0:
@@ -472,6 +516,52 @@ def passes_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
     return PassesTables(axes, tap_table, setup, words, lanes, items)
 
 
+class RowsTables(NamedTuple):
+    """``max_rows``'s tables for one plan and plane count (see
+    :mod:`poolfold.kernels.max_rows`); ``items`` is how many work items the call is cut
+    into."""
+
+    axes: np.ndarray
+    taps: np.ndarray
+    setup: np.ndarray
+    items: int
+
+
+@functools.lru_cache(maxsize=256)
+def rows_tables(label: str, plan: WindowPlan, planes: int, parts: int) -> RowsTables:
+    """Compute and bound :func:`max_rows`'s tables and scratch for ``planes`` channels-first
+    planes, cut into work items for ``parts`` threads: whole planes, or, when there are too
+    few planes for every thread's pieces, ranges of output rows of each."""
+    rank, last = plan.rank, plan.rank - 1
+    outs = plan.out_shape
+    taps = plan.taps
+    axes = np.zeros((rows.AXIS_ROWS, rank), np.int64)
+    for a in range(rank):
+        k = plan.kernel[a]
+        inside = np.flatnonzero((taps.lo[a, :outs[a]] == 0) & (taps.hi[a, :outs[a]] == k))
+        uncut = (int(inside[0]), int(inside[-1]) + 1) if inside.size else (0, 0)
+        axes[:, a] = (plan.in_shape[a], outs[a], k, plan.strides[a], plan.dilations[a], *uncut)
+    # the input rows one output row's window reaches: a tap count per leading axis, never
+    # more than the axis holds (a kernel of 2**40 taps over 3 rows reaches 3)
+    most_rows = math.prod(min(k, n) for k, n in zip(plan.kernel[:last], plan.in_shape[:last]))
+    check_table(label, "the row kernel's scratch", (most_rows + plan.in_shape[last],),
+                np.dtype("V8"))
+    lead_out = math.prod(outs[:last])
+    items_per_plane = 1
+    if parts > 1 and planes < parts * PIECES_PER_THREAD:
+        items_per_plane = min(lead_out, -(-parts * PIECES_PER_THREAD // planes))
+    rows_per_item = -(-lead_out // items_per_plane)
+    items_per_plane = -(-lead_out // rows_per_item)
+    setup = np.zeros(rows.SETUP_SIZE, np.int64)
+    setup[rows.ROWS_PER_ITEM] = rows_per_item
+    setup[rows.ITEMS_PER_PLANE] = items_per_plane
+    setup[rows.MOST_ROWS] = most_rows
+    tap_table = np.stack([taps.first, taps.lo, taps.hi])
+    for array in (axes, tap_table, setup):
+        array.flags.writeable = False  # shared by every call of the plan
+    return RowsTables(axes, tap_table, setup, planes * items_per_plane)
+
+
 class KernelOverride:
     """Tests only (:func:`forced_kernel`): the kernel to force, and the kernels that ran."""
 
@@ -534,7 +624,8 @@ class _PoolLaunch:
         self.return_indices = return_indices
         self.planes = nc[0] * nc[1]
         self.forced = forced
-        self.kernel, self.reason = choose_kernel(plan, dtype.itemsize, storage_order, forced)
+        self.kernel, self.reason = choose_kernel(plan, dtype.itemsize, storage_order, forced,
+                                                 not return_indices)
         self.kernel_name = None
         taps, dims = plan.taps, plan.dims
         self.tables = (taps.first, taps.lo, taps.hi, *dims, storage_order == 1,
@@ -548,7 +639,11 @@ class _PoolLaunch:
         self.value_type = dtypes.value_view(np.empty(0, dtype)).dtype
         self.passes = None
         self.separable = None
-        if self.kernel == PASSES and self.planes > 0:
+        self.rows = None
+        if self.kernel == ROWS and self.planes > 0:
+            self.rows = rows_tables(label, plan, self.planes, self.parts)
+            self.parts = split_parts(self.rows.items, work, threads)
+        elif self.kernel == PASSES and self.planes > 0:
             self.passes = passes_tables(label, plan, self.planes, dtype.itemsize,
                                         return_indices, storage_order, 1, self.parts)
             # slabs of large planes: as many parts as the work allows, even for one plane
@@ -586,6 +681,13 @@ class _PoolLaunch:
         if kernel == TILES:
             launch_split(window_max_tiles, planes, xs, ys, index_rows, *self.dims,
                          xs.view(self.words), parts=self.parts)
+        elif kernel == ROWS:
+            tables = self.rows
+            arguments = (xs, ys, tables.axes, tables.taps, tables.setup, self.tables[-1])
+            if self.ready or self._ready(rows.max_rows, arguments):
+                launch_split(rows.max_rows, tables.items, *arguments, parts=self.parts)
+            else:
+                kernel = self._stand_in(xs, ys, index_rows)
         elif kernel == PASSES:
             tables = self.passes
             words = xs.reshape(-1).view(self.words) if tables.words else self.no_words
