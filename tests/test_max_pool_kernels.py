@@ -257,13 +257,14 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     x = np.zeros((1, 2, 30, 30), np.float32)
     spec = poolfold.schema.resolve("MaxPool", None)
 
-    def chosen(kernel_shape, strides, by_rows=True, shape=x.shape):
+    def chosen(kernel_shape, strides, by_rows=True, shape=x.shape, itemsize=4):
         plan = max_pool_module.resolve_plan(spec, shape, kernel_shape, strides, None, None,
                                             "NOTSET", False)
-        return max_pool_module.choose_kernel(plan, 4, 0, None, by_rows)[0]
+        return max_pool_module.choose_kernel(plan, itemsize, 0, None, by_rows)[0]
 
     assert chosen([5, 5], [3, 3]) == ROWS  # a strided last axis
     assert chosen([7, 7], [1, 1]) == ROWS  # a window van Herk runs would take
+    assert chosen([7, 7], [1, 1], itemsize=2) == PASSES  # ...but for the half types
     assert chosen([5, 5], [3, 3], by_rows=False) != ROWS  # Indices or channels-last
     assert chosen([3, 3], [1, 1]) == PASSES  # short windows at stride 1
     assert chosen([2, 2], [2, 2]) == TILES

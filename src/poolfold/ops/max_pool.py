@@ -268,7 +268,7 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
         return DIRECT, prefix + "a 0-size axis: every window is empty"
     if storage_order == 0 and tiles_fit(plan, itemsize):
         return TILES, prefix + "2x2 windows tiling the input, at stride 2"
-    if by_rows and _rows_win(plan):
+    if by_rows and _rows_win(plan, itemsize):
         return ROWS, prefix + "channels-first planes without Indices, where rows were faster"
     passes, direct = _passes_cost(plan)
     if direct <= passes:
@@ -312,7 +312,7 @@ ROWS_LONGEST_WINDOW = 16
 ROWS_LONGEST_1D_WINDOW = 64
 
 
-def _rows_win(plan: WindowPlan) -> bool:
+def _rows_win(plan: WindowPlan, itemsize: int) -> bool:
     """Where ``max_rows`` was measured faster than the other kernels (two threads, float32,
     uint8 and float16, ranks 1-3), of the plans it can take:
 
@@ -322,7 +322,9 @@ def _rows_win(plan: WindowPlan) -> bool:
       kernels reduce every input row along the last axis and rows reduce only the output rows
       (2-D 5x5 at stride 3, 0.50 against 1.4 ms; 8x8 at stride 8, 6.4 against 10.4 ms);
     - 2-D windows where the passes would take van Herk runs (2-D 7x7 at stride 1: 5.8 against
-      11.2 ms; 3x7, 3.8 against 9.7 ms).
+      11.2 ms; 3x7, 3.8 against 9.7 ms), but for the half types, whose every tap is widened
+      to float32 here, where the runs widen about three per position (float16 9x9: 14 against
+      7.1 ms).
 
     Not short windows at strides 1 and 2, nor 3-D at those strides: rows of a few dozen
     outputs each cost a call's setup, where the passes' loops run over whole planes (3-D 3x3x3
@@ -334,7 +336,8 @@ def _rows_win(plan: WindowPlan) -> bool:
         return False
     if plan.strides[-1] >= 3:
         return True
-    return plan.rank == 2 and any(_van_herk(k, s) for k, s in zip(plan.kernel, plan.strides))
+    return plan.rank == 2 and itemsize != 2 and any(_van_herk(k, s) for k, s in
+                                                    zip(plan.kernel, plan.strides))
 
 
 def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int,
