@@ -40,6 +40,7 @@ from numba.extending import overload
 from . import helper
 from .folds import beats, fold
 from .half import HALF_BITS
+from .odometer import next_in_ranges, next_in_shape
 from .ordering import order_key
 
 # Rows of the per-axis table ``axes``.
@@ -220,12 +221,9 @@ def max_rows(x, y, axes, taps, setup, empty_value, start, stop):
     row_at = np.empty(max(setup[MOST_ROWS], 1), np.int64)  # where each of those rows starts
     o = np.zeros(max(last, 1), np.int64)  # the leading output position
     j = np.zeros(max(last, 1), np.int64)  # a leading tap
-    pitch = np.ones(max(last, 1), np.int64)  # elements between rows of each leading axis
+    pitch = np.full(max(last, 1), width, np.int64)  # elements between rows of a leading axis
     for a in range(last - 2, -1, -1):
         pitch[a] = pitch[a + 1] * axes[IN, a + 1]
-    if last > 0:
-        for a in range(last):
-            pitch[a] *= width
     first_last = taps[0, last]
     lo_last = taps[1, last]
     hi_last = taps[2, last]
@@ -254,16 +252,12 @@ def max_rows(x, y, axes, taps, setup, empty_value, start, stop):
             else:
                 for a in range(last):
                     j[a] = taps[1, a, o[a]]
-                for r in range(rows):  # the rows in window order, j counting like an odometer
+                for r in range(rows):  # the rows in window order
                     at = x_at
                     for a in range(last):
                         at += (taps[0, a, o[a]] + j[a] * axes[DILATION, a]) * pitch[a]
                     row_at[r] = at
-                    for a in range(last - 1, -1, -1):
-                        j[a] += 1
-                        if j[a] < taps[2, a, o[a]]:
-                            break
-                        j[a] = taps[1, a, o[a]]
+                    next_in_ranges(j, o, taps[1], taps[2], last)
                 if rows == 1:
                     reduce_row(y_flat, to, flat, row_at[0], first_last, lo_last, hi_last, k, s,
                                d, out, uncut_lo, uncut_hi, empty_value)
@@ -273,8 +267,4 @@ def max_rows(x, y, axes, taps, setup, empty_value, start, stop):
                                uncut_lo, uncut_hi, empty_value)
                     _in_window_order(y_flat, to, flat, row_at, rows, first_last, lo_last,
                                      hi_last, d, out)
-            for a in range(last - 1, -1, -1):  # the next leading output position
-                o[a] += 1
-                if o[a] < axes[OUT, a]:
-                    break
-                o[a] = 0
+            next_in_shape(o, axes[OUT], last)  # the next leading output position

@@ -244,10 +244,10 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
     """The kernel that pools ``plan`` over elements of ``itemsize`` bytes, and why.
     ``by_rows``: the call can be pooled by rows (channels-first planes, no Indices).
 
-    - ``rows`` (``max_rows``): channels-first planes without Indices, unless an axis has a
-      long window (:func:`_rows_win`).
     - ``tiles`` (``window_max_tiles``): 2x2(x2) windows at stride 2 that tile the input, row
       -major Indices: one fused pass reading pairs of elements as words.
+    - ``rows`` (``max_rows``): channels-first planes without Indices, where it was measured
+      faster than the kernels below (:func:`_rows_win`).
     - ``direct`` (``window_max``): a 0-size axis (every window is empty), or windows that skip
       most of the input (a 1x1x1 window at stride 8, say), where visiting each output's own
       taps beats passes over every input position (:func:`_passes_cost`).
@@ -405,6 +405,14 @@ SLAB_BYTES = 128 * 1024
 LANE_GROUP_BYTES = 16 * 2**20
 
 
+def _uncut_outputs(plan: WindowPlan, a: int) -> tuple[int, int]:
+    """The outputs ``[lo, hi)`` along axis ``a`` whose window has every tap inside the input:
+    a range, as windows move monotonically along the axis ((0, 0) when there are none)."""
+    taps, out, k = plan.taps, plan.out_shape[a], plan.kernel[a]
+    inside = np.flatnonzero((taps.lo[a, :out] == 0) & (taps.hi[a, :out] == k))
+    return (int(inside[0]), int(inside[-1]) + 1) if inside.size else (0, 0)
+
+
 class PassesTables(NamedTuple):
     """``max_passes``'s tables for one plan, plane count, type and output choice (see
     :mod:`poolfold.kernels.max_passes` for each field); ``items`` is how many work items the
@@ -433,10 +441,8 @@ def passes_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
     axes = np.zeros((AXIS_ROWS, rank), np.int64)
     for a in range(rank):
         k = plan.kernel[a]
-        inside = np.flatnonzero((taps.lo[a, :outs[a]] == 0) & (taps.hi[a, :outs[a]] == k))
-        uncut = (int(inside[0]), int(inside[-1]) + 1) if inside.size else (0, 0)
-        axes[:, a] = (ins[a], outs[a], k, plan.strides[a], plan.dilations[a], *uncut,
-                      _van_herk(k, plan.strides[a]))
+        axes[:, a] = (ins[a], outs[a], k, plan.strides[a], plan.dilations[a],
+                      *_uncut_outputs(plan, a), _van_herk(k, plan.strides[a]))
     van_herk = axes[VAN_HERK].astype(bool)
     # how a channels-first last axis is read: through lanes for van Herk runs (which need
     # the rows' positions in order), as words at stride 2, else where the rows lie: shifted at
@@ -540,10 +546,8 @@ def rows_tables(label: str, plan: WindowPlan, planes: int, parts: int) -> RowsTa
     taps = plan.taps
     axes = np.zeros((rows.AXIS_ROWS, rank), np.int64)
     for a in range(rank):
-        k = plan.kernel[a]
-        inside = np.flatnonzero((taps.lo[a, :outs[a]] == 0) & (taps.hi[a, :outs[a]] == k))
-        uncut = (int(inside[0]), int(inside[-1]) + 1) if inside.size else (0, 0)
-        axes[:, a] = (plan.in_shape[a], outs[a], k, plan.strides[a], plan.dilations[a], *uncut)
+        axes[:, a] = (plan.in_shape[a], outs[a], plan.kernel[a], plan.strides[a],
+                      plan.dilations[a], *_uncut_outputs(plan, a))
     # the input rows one output row's window reaches: a tap count per leading axis, never
     # more than the axis holds (a kernel of 2**40 taps over 3 rows reaches 3)
     most_rows = math.prod(min(k, n) for k, n in zip(plan.kernel[:last], plan.in_shape[:last]))
