@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import oracle
 import poolfold
+from poolfold.kernels import max_rows as rows_module
 from poolfold.ops import max_pool as max_pool_module
 from poolfold.ops.max_pool import DIRECT, PASSES, ROWS, SEPARABLE, TILES, forced_kernel
 
@@ -159,6 +160,34 @@ def test_rows_forced_match_oracle(call):
     check(ROWS, x, kernel_shape, **attributes)
 
 
+@contextlib.contextmanager
+def short_ladders():
+    """The row kernel reduces every last-axis window of two taps or more by its ladder of
+    runs (at a stride of at most half the window), in chunks of a few outputs: the paths of
+    long rows and windows on tiny ones."""
+    module = max_pool_module
+    saved = module.LADDER_TAPS, rows_module.LADDER_CHUNK
+    caches = (module.rows_tables, module._pool_launch, module.choose_kernel)
+    for cache in caches:
+        cache.cache_clear()
+    module.LADDER_TAPS, rows_module.LADDER_CHUNK = 2, 1
+    try:
+        yield
+    finally:
+        module.LADDER_TAPS, rows_module.LADDER_CHUNK = saved
+        for cache in caches:
+            cache.cache_clear()
+
+
+@settings(max_examples=100)
+@given(call=calls())
+def test_rows_by_short_ladders_match_oracle(call):
+    x, kernel_shape, attributes = call
+    with short_ladders():
+        assert max_pool_module.ladder_wins(2, 1) and not max_pool_module.ladder_wins(2, 2)
+        check(ROWS, x, kernel_shape, **attributes)
+
+
 @settings(max_examples=100)
 @given(call=calls(max_rank=3))
 def test_passes_in_tiny_slabs_match_oracle(call):
@@ -214,6 +243,9 @@ HAND_PICKED = [
     ((2, 2, 5, 6, 7), [3, 3, 3], dict(strides=[2, 2, 2], pads=[1] * 6)),
     ((1, 2, 4, 5, 3, 4), [2, 3, 2, 2], dict(strides=[1, 2, 1, 2], pads=[0, 1, 1, 0] * 2)),
     ((1, 3, 1, 17), [1, 9], dict(strides=[1, 1], pads=[0, 8, 0, 8])),
+    # last-axis windows of 8 taps and more: the row kernel's ladder of runs
+    ((1, 2, 5, 40), [3, 17], dict(strides=[1, 2], pads=[1, 8, 1, 8])),
+    ((1, 2, 6, 50), [2, 9], dict(dilations=[1, 3], auto_pad="SAME_LOWER")),
 ]
 
 
@@ -267,10 +299,14 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([7, 7], [1, 1], itemsize=2) == PASSES  # ...but for the half types
     assert chosen([5, 5], [3, 3], by_rows=False) != ROWS  # Indices or channels-last
     assert chosen([3, 3], [1, 1]) == PASSES  # short windows at stride 1
+    assert chosen([3, 3], [2, 2]) == ROWS  # a last axis at stride 2
+    assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 9, 9)) == ROWS
+    assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 9, 9), itemsize=1) != ROWS  # uint8
+    assert chosen([3, 3, 3], [1, 1, 1], shape=(1, 2, 9, 9, 9)) != ROWS
     assert chosen([2, 2], [2, 2]) == TILES
     assert chosen([21, 21], [1, 1]) == PASSES  # long windows: van Herk runs
     assert chosen([31], [1], shape=(1, 2, 300)) == ROWS
-    assert chosen([128], [1], shape=(1, 2, 300)) == PASSES
+    assert chosen([128], [1], shape=(1, 2, 300)) == ROWS  # long 1-D windows: a ladder of runs
     with forced_kernel(ROWS) as override:  # forced with Indices: refused, and said so
         poolfold.max_pool(x, [3, 3], return_indices=True)
     assert override.ran == [PASSES]

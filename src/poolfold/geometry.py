@@ -87,8 +87,8 @@ class WindowAttributes:
         kernel_name: str = "kernel_shape",
         what: str = "attribute",
     ) -> "WindowAttributes":
-        given = tuple(_exact_key(v) for v in (kernel_shape, strides, dilations, pads))
-        if _INEXACT in given:  # arrays, numpy integers, ...: checked afresh
+        given = tuple(exact_key(v) for v in (kernel_shape, strides, dilations, pads))
+        if INEXACT in given:  # arrays, numpy integers, ...: checked afresh
             return _checked_attributes(label, rank, kernel_name, what, kernel_shape, strides,
                                        dilations, pads)
         return _cached_attributes(label, rank, kernel_name, what, *given)
@@ -106,18 +106,18 @@ def _checked_attributes(label, rank, kernel_name, what, kernel_shape, strides, d
 # A model calls its ops with the same attributes every run: the checks' result (never an
 # error: lru_cache keeps no exceptions) is kept per exact value, as tuples of Python ints.
 _cached_attributes = functools.lru_cache(maxsize=512)(_checked_attributes)
-_INEXACT = object()
+INEXACT = object()
 
 
-def _exact_key(values):
+def exact_key(values):
     """``values`` as a key that equals only values the checks treat alike (a list or tuple of
-    Python ints, or None), else :data:`_INEXACT`: ``True == 1`` and ``2.0 == 2``, but bools
+    Python ints, or None), else :data:`INEXACT`: ``True == 1`` and ``2.0 == 2``, but bools
     and floats are refused where ints pass, so those never share a key with ints."""
     if values is None:
         return None
     if type(values) in (list, tuple) and all(type(v) is int for v in values):
         return tuple(values)
-    return _INEXACT
+    return INEXACT
 
 
 @dataclass(frozen=True)

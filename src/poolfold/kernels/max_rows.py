@@ -38,17 +38,19 @@ from numba import njit, types
 from numba.extending import overload
 
 from . import helper
-from .folds import beats, fold
+from .folds import beats, fold_values
 from .half import HALF_BITS
-from .odometer import next_in_ranges, next_in_shape
+from .odometer import next_in_shape
 from .ordering import order_key
 
 # Rows of the per-axis table ``axes``.
-IN, OUT, KERNEL, STRIDE, DILATION, UNCUT_LO, UNCUT_HI = range(7)
-AXIS_ROWS = 7
+IN, OUT, KERNEL, STRIDE, DILATION, UNCUT_LO, UNCUT_HI, STEP = range(8)
+AXIS_ROWS = 8
+# Rows of the leading-axes table ``lead``.
+AT, TAPS = range(2)
 # Entries of ``setup``.
-ROWS_PER_ITEM, ITEMS_PER_PLANE, MOST_ROWS = range(3)
-SETUP_SIZE = 3
+ROWS_PER_ITEM, ITEMS_PER_PLANE, MOST_ROWS, LADDER_SIZE, EDGE_SCANS = range(5)
+SETUP_SIZE = 5
 
 
 @njit(inline="always")
@@ -78,33 +80,44 @@ def _stride_loop(dst, to, src, e, count, s, k, d):
             dst[u(to + i)] = v if beats(v, h) else h
 
 
-# A function per stride LLVM is told as a constant (see the module doc).
-@helper
+# A function per stride LLVM is told as a constant (see the module doc), inlined like every
+# per-row step: a call per row costs its arguments' reference counts.  At strides 1 and 2 the
+# common 3-tap window gets a loop of its own: with the taps' offsets known, LLVM reads them
+# in one interleaved group rather than a group per tap (measured, 3x3 at stride 2 over
+# (8,24,55,55): 0.18 against 0.23 ms; a loop for 2 taps as well cost more compile time than
+# it gained).
+@njit(inline="always")
 def _stride_1(dst, to, src, e, count, k, d):
-    _stride_loop(dst, to, src, e, count, 1, k, d)
+    if d == 1 and k == 3:
+        _stride_loop(dst, to, src, e, count, 1, 3, 1)
+    else:
+        _stride_loop(dst, to, src, e, count, 1, k, d)
 
 
-@helper
+@njit(inline="always")
 def _stride_2(dst, to, src, e, count, k, d):
-    _stride_loop(dst, to, src, e, count, 2, k, d)
+    if d == 1 and k == 3:
+        _stride_loop(dst, to, src, e, count, 2, 3, 1)
+    else:
+        _stride_loop(dst, to, src, e, count, 2, k, d)
 
 
-@helper
+@njit(inline="always")
 def _stride_3(dst, to, src, e, count, k, d):
     _stride_loop(dst, to, src, e, count, 3, k, d)
 
 
-@helper
+@njit(inline="always")
 def _stride_4(dst, to, src, e, count, k, d):
     _stride_loop(dst, to, src, e, count, 4, k, d)
 
 
-@helper
+@njit(inline="always")
 def _stride_any(dst, to, src, e, count, s, k, d):
     _stride_loop(dst, to, src, e, count, s, k, d)
 
 
-@helper
+@njit(inline="always")
 def _cut_window(dst, to, src, at, taps, d, empty_value):
     """``dst[to]`` = the first maximum of ``src[at + t*d]`` over taps t < ``taps`` (a window
     the padding cuts), or ``empty_value`` for a window of no tap."""
@@ -119,17 +132,105 @@ def _cut_window(dst, to, src, at, taps, d, empty_value):
     dst[u(to)] = h
 
 
+# The fewest outputs a ladder chunk covers (see _ladder; the op layer sizes the scratch).
+LADDER_CHUNK = 2048
+
+
 @helper
-def reduce_row(dst, to, src, e, first, lo, hi, k, s, d, out, uncut_lo, uncut_hi, empty_value):
-    """Output row ``dst[to:to + out]`` from one row whose coordinate 0 is ``src[e]``: output o
-    folds coordinates ``first[o] + t*d`` for taps t in ``[lo[o], hi[o])``; the outputs in
-    ``[uncut_lo, uncut_hi)`` (a range, possibly empty) have all k taps inside, the others
-    lie before and after it."""
+def _ladder(dst, to, src, e, count, s, k, d, ladder):
+    """``dst[to + i]`` = the first maximum of ``src[e + i*s + t*d]`` over taps t < k, for i
+    below ``count``, by a ladder of runs: the first maximum over runs of 4, 16, ..., p taps
+    (p the largest power of four not above k) is found at every position, each level from
+    four runs of the level below, then each window is at most four runs of p taps, the last
+    one ending where the window ends.  That is ``log4(k) + 1`` vectorised passes, where
+    folding tap by tap takes k / 2 (runs of 2, 4, 8, ... took twice as many passes, each as
+    dear: 1-D windows of 256 over (4,16,65536), 5.3 ms against about 3).  Runs overlap, and
+    the earlier one is kept on a tie: the selection stays the first maximum in window order.
+    The outputs go in chunks, as many as the two scratch rows of ``ladder`` hold."""
+    u = np.uint64
+    half = ladder.size // 2
+    extent = (k - 1) * d + 1
+    chunk = (half - extent) // s + 1
+    for c0 in range(0, count, chunk):
+        n = min(chunk, count - c0)
+        span = (n - 1) * s + extent
+        cur = src
+        cur_at = e + c0 * s
+        nxt_at = 0
+        p = 1
+        while 4 * p <= k:
+            valid = span - (4 * p - 1) * d
+            b = cur_at + p * d
+            c = b + p * d
+            f = c + p * d
+            for i in range(valid):
+                h = cur[u(cur_at + i)]
+                v = cur[u(b + i)]
+                h = v if beats(v, h) else h
+                v = cur[u(c + i)]
+                h = v if beats(v, h) else h
+                v = cur[u(f + i)]
+                ladder[u(nxt_at + i)] = v if beats(v, h) else h
+            cur = ladder
+            cur_at = nxt_at
+            nxt_at = half - nxt_at
+            p *= 4
+        # at most four runs of p taps: from taps 0, p and 2p, and the one ending the window
+        b = cur_at + min(p, k - p) * d
+        c = cur_at + min(2 * p, k - p) * d
+        f = cur_at + (k - p) * d
+        for i in range(n):
+            h = cur[u(cur_at + i * s)]
+            v = cur[u(b + i * s)]
+            h = v if beats(v, h) else h
+            v = cur[u(c + i * s)]
+            h = v if beats(v, h) else h
+            v = cur[u(f + i * s)]
+            dst[u(to + c0 + i)] = v if beats(v, h) else h
+
+
+@helper
+def _edge_scans(dst, to, src, e, first, lo, hi, out, uncut_lo, uncut_hi, width):
+    """The cut windows of a row at dilation 1 whose windows before the uncut ones all start
+    at the row's start and those after it all end at its end (the op layer checks this):
+    running maxima from each end, one fold per position, where folding each window costs
+    its taps (a 1-D window of 1024 with SAME pads: 2x the whole pool's time)."""
+    u = np.uint64
+    h = src[u(e)]
+    at = 1
+    for o in range(uncut_lo):
+        end = first[o] + hi[o]
+        while at < end:
+            v = src[u(e + at)]
+            h = v if beats(v, h) else h
+            at += 1
+        dst[u(to + o)] = h
+    at = width - 1
+    h = src[u(e + at)]
+    for o in range(out - 1, uncut_hi - 1, -1):
+        begin = first[o] + lo[o]
+        while at > begin:  # an earlier tap goes first: it is kept on a tie
+            at -= 1
+            v = src[u(e + at)]
+            h = h if beats(h, v) else v
+        dst[u(to + o)] = h
+
+
+@njit(inline="always")
+def reduce_row(dst, to, src, e, first, lo, hi, k, s, d, out, uncut_lo, uncut_hi, empty_value,
+               ladder, edge_scans, width):
+    """Output row ``dst[to:to + out]`` from one row of ``width`` whose coordinate 0 is
+    ``src[e]``: output o folds coordinates ``first[o] + t*d`` for taps t in ``[lo[o],
+    hi[o])``; the outputs in ``[uncut_lo, uncut_hi)`` (a range, possibly empty) have all k
+    taps inside, the others lie before and after it.  Long windows go by :func:`_ladder`
+    where ``ladder`` has room, cut ones by :func:`_edge_scans` where ``edge_scans``."""
     count = uncut_hi - uncut_lo
     if count > 0:
         at = e + first[uncut_lo]
         where = to + uncut_lo
-        if s == 1:
+        if ladder.size > 0:
+            _ladder(dst, where, src, at, count, s, k, d, ladder)
+        elif s == 1:
             _stride_1(dst, where, src, at, count, k, d)
         elif s == 2:
             _stride_2(dst, where, src, at, count, k, d)
@@ -141,6 +242,9 @@ def reduce_row(dst, to, src, e, first, lo, hi, k, s, d, out, uncut_lo, uncut_hi,
             _stride_any(dst, where, src, at, count, s, k, d)
     else:
         uncut_lo = uncut_hi = out
+    if edge_scans:
+        _edge_scans(dst, to, src, e, first, lo, hi, out, uncut_lo, uncut_hi, width)
+        return
     for o in range(uncut_lo):
         _cut_window(dst, to + o, src, e + first[o] + lo[o] * d, hi[o] - lo[o], d, empty_value)
     for o in range(uncut_hi, out):
@@ -190,18 +294,47 @@ def _in_window_order(dst, to, src, row_at, rows, first, lo, hi, d, out):
                 break
 
 
+@helper
+def _leading_rows(row_at, x_at, lead, axes, o, j, last):
+    """Where the input rows of leading output position ``o`` start (``row_at``, in window
+    order), and how many there are: per leading axis, ``lead[TAPS, a, o[a]]`` taps from
+    ``lead[AT, a, o[a]]``, ``axes[STEP, a]`` elements apart."""
+    rows = 1
+    for a in range(last):
+        rows *= lead[TAPS, a, o[a]]
+        j[a] = 0
+    for r in range(rows):
+        at = x_at
+        for a in range(last):
+            at += lead[AT, a, o[a]] + j[a] * axes[STEP, a]
+        row_at[r] = at
+        a = last - 1  # the next leading tap, row-major
+        while a >= 0:
+            j[a] += 1
+            if j[a] < lead[TAPS, a, o[a]]:
+                break
+            j[a] = 0
+            a -= 1
+    return rows
+
+
 @njit(cache=True, nogil=True)
-def max_rows(x, y, axes, taps, setup, empty_value, start, stop):
+def max_rows(x, y, axes, taps, lead, setup, empty_value, start, stop):
     """Fill ``y`` for the work items ``[start, stop)``.
 
     x, y : (planes, S_in), (planes, S_out), value views of channels-first planes
-    axes : (AXIS_ROWS, rank) int64, per axis: IN, OUT, KERNEL, STRIDE, DILATION and the
-        outputs ``[UNCUT_LO, UNCUT_HI)`` whose window has every tap inside
+    axes : (AXIS_ROWS, rank) int64, per axis: IN, OUT, KERNEL, STRIDE, DILATION, the
+        outputs ``[UNCUT_LO, UNCUT_HI)`` whose window has every tap inside, and STEP, the
+        elements between two taps (for a leading axis, rows of the plane apart)
     taps : (3, rank, max output size) int64, the first tap and the in-bounds taps
         ``[lo, hi)`` of every output (:class:`poolfold.geometry.TapTable`)
+    lead : (2, max(rank - 1, 1), max output size) int64, per leading axis and output: AT,
+        the plane offset of its first in-bounds tap's rows, and TAPS, how many it has
     setup : (SETUP_SIZE,) int64: a work item is ROWS_PER_ITEM output rows (positions of the
         leading axes, row-major) of one plane, ITEMS_PER_PLANE items a plane; MOST_ROWS is
-        the most input rows one output row's window reaches
+        the most input rows one output row's window reaches; LADDER_SIZE the scratch of
+        :func:`_ladder`, 0 where the last axis folds tap by tap; EDGE_SCANS 1 where the cut
+        windows go by :func:`_edge_scans`
     """
     u = np.uint64
     rank = axes.shape[1]
@@ -219,11 +352,11 @@ def max_rows(x, y, axes, taps, setup, empty_value, start, stop):
     y_flat = y.reshape(y.size)
     row = np.empty(width, x.dtype)  # the leading taps' rows folded
     row_at = np.empty(max(setup[MOST_ROWS], 1), np.int64)  # where each of those rows starts
+    ladder = np.empty(setup[LADDER_SIZE], x.dtype)  # long last-axis windows' scratch, or none
+    edge_scans = setup[EDGE_SCANS] == 1
     o = np.zeros(max(last, 1), np.int64)  # the leading output position
     j = np.zeros(max(last, 1), np.int64)  # a leading tap
-    pitch = np.full(max(last, 1), width, np.int64)  # elements between rows of a leading axis
-    for a in range(last - 2, -1, -1):
-        pitch[a] = pitch[a + 1] * axes[IN, a + 1]
+    out_shape = axes[OUT]  # views made once: each costs reference counting
     first_last = taps[0, last]
     lo_last = taps[1, last]
     hi_last = taps[2, last]
@@ -232,6 +365,9 @@ def max_rows(x, y, axes, taps, setup, empty_value, start, stop):
     d = axes[DILATION, last]
     uncut_lo = axes[UNCUT_LO, last]
     uncut_hi = axes[UNCUT_HI, last]
+    step0 = axes[STEP, 0]
+    step1 = axes[STEP, min(1, rank - 1)]
+    out1 = axes[OUT, min(1, rank - 1)]
     for item in range(start, stop):
         p = item // items_per_plane
         q0 = (item % items_per_plane) * rows_per_item
@@ -243,28 +379,42 @@ def max_rows(x, y, axes, taps, setup, empty_value, start, stop):
             rest //= axes[OUT, a]
         for q in range(q0, q1):
             to = p * out_size + q * out
+            # The input rows the window reaches along the leading axes, in window order.  Two
+            # and three dimensions are written out: through a helper and its counters they
+            # cost a fifth of a 2-D 3x3 pool (about 20 ns a row).
             rows = 1
-            for a in range(last):
-                rows *= max(taps[2, a, o[a]] - taps[1, a, o[a]], 0)
+            row_at[0] = x_at
+            if last == 1:
+                rows = lead[TAPS, 0, q]
+                at = x_at + lead[AT, 0, q]
+                for r in range(rows):
+                    row_at[r] = at + r * step0
+            elif last == 2:
+                q_0, q_1 = q // out1, q % out1
+                taps_1 = lead[TAPS, 1, q_1]
+                rows = lead[TAPS, 0, q_0] * taps_1
+                at = x_at + lead[AT, 0, q_0] + lead[AT, 1, q_1]
+                for r in range(rows):
+                    row_at[r] = at + (r // taps_1) * step0 + (r % taps_1) * step1
+            elif last > 2:
+                rows = _leading_rows(row_at, x_at, lead, axes, o, j, last)
+                next_in_shape(o, out_shape, last)  # the next leading output position
             if rows == 0:  # every leading tap is padding: the whole row is empty windows
                 for i in range(out):
                     y_flat[u(to + i)] = empty_value
-            else:
-                for a in range(last):
-                    j[a] = taps[1, a, o[a]]
-                for r in range(rows):  # the rows in window order
-                    at = x_at
-                    for a in range(last):
-                        at += (taps[0, a, o[a]] + j[a] * axes[DILATION, a]) * pitch[a]
-                    row_at[r] = at
-                    next_in_ranges(j, o, taps[1], taps[2], last)
-                if rows == 1:
-                    reduce_row(y_flat, to, flat, row_at[0], first_last, lo_last, hi_last, k, s,
-                               d, out, uncut_lo, uncut_hi, empty_value)
-                else:
-                    fold(row, None, 0, 0, flat, None, row_at, rows, width)
-                    reduce_row(y_flat, to, row, 0, first_last, lo_last, hi_last, k, s, d, out,
-                               uncut_lo, uncut_hi, empty_value)
+                continue
+            src = flat  # one leading row is read where it lies
+            e = row_at[0]
+            if rows > 1:
+                fold_values(row, 0, flat, row_at, rows, width)
+                src = row
+                e = 0
+            reduce_row(y_flat, to, src, e, first_last, lo_last, hi_last, k, s, d, out,
+                       uncut_lo, uncut_hi, empty_value, ladder, edge_scans, width)
+            if rows > 1:
+                any_matters = False  # a sweep without branches: most rows hold none
+                for i in range(out):
+                    any_matters |= _order_matters(y_flat[u(to + i)])
+                if any_matters:
                     _in_window_order(y_flat, to, flat, row_at, rows, first_last, lo_last,
                                      hi_last, d, out)
-            next_in_shape(o, axes[OUT], last)  # the next leading output position

@@ -11,7 +11,8 @@ import numpy as np
 
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
-from ..geometry import WindowAttributes, WindowPlan, row_major_strides, window_plan
+from ..geometry import (INEXACT, WindowAttributes, WindowPlan, exact_key, row_major_strides,
+                        window_plan)
 from ..kernels import (PIECES_PER_THREAD, background, kernel_threads, launch_split,
                        split_parts)
 from ..kernels.max_passes import (AXIS_ROWS, CHANNELS, COLUMN_MAJOR, ITEMS_PER_PLANE,
@@ -112,12 +113,42 @@ def max_pool(
     >>> y[0, 0].tolist(), i[0, 0].tolist()
     ([[5.0, 7.0], [13.0, 15.0]], [[5, 7], [13, 15]])
     """
-    spec = schema.resolve("MaxPool", opset)
-    x, launch = prepare(spec, x, kernel_shape, strides=strides, pads=pads, dilations=dilations,
-                        auto_pad=auto_pad, ceil_mode=ceil_mode, storage_order=storage_order,
-                        return_indices=return_indices)
+    key = _call_key(x, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
+                    storage_order, return_indices, opset)
+    launch = _LAUNCHES.get(key) if key is not None else None
+    if launch is None:
+        spec = schema.resolve("MaxPool", opset)
+        x, launch = prepare(spec, x, kernel_shape, strides=strides, pads=pads,
+                            dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode,
+                            storage_order=storage_order, return_indices=return_indices)
+        if key is not None:
+            if len(_LAUNCHES) >= 256:
+                _LAUNCHES.clear()
+            _LAUNCHES[key] = launch
     y, indices = launch(x)
     return (y, indices) if return_indices else y
+
+
+# The launch of every call whose arguments were checked before, by their exact values: a
+# model makes the same calls every run, and the checks and planning cost a small call more
+# than its kernel (measured: 15 us of Python per call on a (1,1,8,8) input, 4 with this).
+_LAUNCHES: dict = {}
+
+
+def _call_key(x, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, storage_order,
+              return_indices, opset):
+    """A key equal only for calls the checks treat alike, or None where the values are not
+    exact (see :func:`poolfold.geometry.exact_key`) or X is no native-order ndarray: those
+    calls are checked afresh.  The thread count and a test's forced kernel are part of it."""
+    if type(x) is not np.ndarray or not x.dtype.isnative or type(auto_pad) is not str:
+        return None
+    attributes = (exact_key(kernel_shape), exact_key(strides), exact_key(pads),
+                  exact_key(dilations))
+    if INEXACT in attributes:
+        return None
+    return (x.shape, x.dtype, attributes, auto_pad, type(ceil_mode), ceil_mode,
+            type(storage_order), storage_order, type(return_indices), return_indices,
+            type(opset), opset, _forced(), kernel_threads())
 
 
 def prepare(spec, x, kernel_shape, *, strides=None, pads=None, dilations=None,
@@ -304,38 +335,52 @@ def _separable_wins(plan: WindowPlan, itemsize: int) -> bool:
     return plan.rank == 1
 
 
-# The longest window along an axis of several that ``max_rows`` takes (it folds every tap):
-# 2-D stride-1 windows of 15 were faster by rows (7.4 against 10.2 ms by van Herk runs over
-# (4,16,256,256)), of 21 slower (12.4 against 11.1).  1-D windows, which fold no leading rows,
-# gain up to 64 taps (63: 11.7 against 25 ms; 127: 27 against 15).
+# The longest window along an axis of several that ``max_rows`` takes (it folds every tap of
+# the leading axes): 2-D stride-1 windows of 15 were faster by rows (7.4 against 10.2 ms by
+# van Herk runs over (4,16,256,256)), of 21 slower (12.4 against 11.1).
 ROWS_LONGEST_WINDOW = 16
-ROWS_LONGEST_1D_WINDOW = 64
+
+
+# The shortest last-axis window ``max_rows`` reduces by a ladder of runs (``_ladder``),
+# where its log4(k) + 1 passes over every input position beat k / 2 sweeps over the outputs:
+# windows of at least 8 taps, at a stride of at most an eighth of the window.
+LADDER_TAPS = 8
+
+
+def ladder_wins(kernel: int, stride: int) -> bool:
+    return kernel >= LADDER_TAPS and stride * LADDER_TAPS <= kernel
 
 
 def _rows_win(plan: WindowPlan, itemsize: int) -> bool:
     """Where ``max_rows`` was measured faster than the other kernels (two threads, float32,
-    uint8 and float16, ranks 1-3), of the plans it can take:
+    uint8, float16 and float64, ranks 1-3), of the plans it can take:
 
-    - 1-D windows up to 64 taps: 1.1-4.8x faster than the passes (windows of 4 at stride 4,
-      2.9 against 5.5 ms; of 16 at stride 1, 4.8 against 31 ms);
+    - 1-D windows, of any length: 1.1-10x faster than the passes (windows of 4 at stride 4,
+      2.9 against 5.5 ms; over (4,16,65536) at stride 1, 2.4 against 31 ms for 8 taps, 3.6
+      against 27 for 256, 4.5 against 26 for 4096: long windows go by a ladder of runs);
     - windows of at most 16 taps per axis at a last-axis stride of 3 or more, where the other
       kernels reduce every input row along the last axis and rows reduce only the output rows
       (2-D 5x5 at stride 3, 0.50 against 1.4 ms; 8x8 at stride 8, 6.4 against 10.4 ms);
+    - at a last-axis stride of 2, 2-D windows (3x3 over (1,64,112,112): 0.22 against 0.26
+      ms; uint8 5x5 over (4,16,256,256): 0.75 against 1.2), and 3-D ones but for 1-byte types
+      (3x3x3 over (2,32,64,64,64): 5.0 against 7.3 ms; float64 3x3x3, 2.0 against 3.7; uint8
+      5x5x5, 1.4 against 1.0);
     - 2-D windows where the passes would take van Herk runs (2-D 7x7 at stride 1: 5.8 against
       11.2 ms; 3x7, 3.8 against 9.7 ms), but for the half types, whose every tap is widened
       to float32 here, where the runs widen about three per position (float16 9x9: 14 against
       7.1 ms).
 
-    Not short windows at strides 1 and 2, nor 3-D at those strides: rows of a few dozen
-    outputs each cost a call's setup, where the passes' loops run over whole planes (3-D 3x3x3
-    at stride 1 over 32-wide rows: 4.1 against 0.9 ms; 2-D 3x3 at stride 1, 5.8 against 3.7
-    ms)."""
+    Not short windows at stride 1, nor 3-D at that stride: the passes' loops run over whole
+    planes, rows over one row at a time (3-D 3x3x3 over (2,16,40,40,40): 4.8 against 2.5 ms;
+    2-D 3x3 over (1,64,56,56), 0.41 against 0.26 ms)."""
     if plan.rank == 1:
-        return plan.kernel[0] <= ROWS_LONGEST_1D_WINDOW
+        return True
     if max(plan.kernel) > ROWS_LONGEST_WINDOW:
         return False
     if plan.strides[-1] >= 3:
         return True
+    if plan.strides[-1] == 2:
+        return plan.rank == 2 or itemsize > 1
     return plan.rank == 2 and itemsize != 2 and any(_van_herk(k, s) for k, s in
                                                     zip(plan.kernel, plan.strides))
 
@@ -532,6 +577,7 @@ class RowsTables(NamedTuple):
 
     axes: np.ndarray
     taps: np.ndarray
+    lead: np.ndarray
     setup: np.ndarray
     items: int
 
@@ -544,10 +590,21 @@ def rows_tables(label: str, plan: WindowPlan, planes: int, parts: int) -> RowsTa
     rank, last = plan.rank, plan.rank - 1
     outs = plan.out_shape
     taps = plan.taps
+    # elements between rows of each leading axis, and between taps of the last one
+    pitch = row_major_strides(plan.in_shape)
     axes = np.zeros((rows.AXIS_ROWS, rank), np.int64)
     for a in range(rank):
         axes[:, a] = (plan.in_shape[a], outs[a], plan.kernel[a], plan.strides[a],
-                      plan.dilations[a], *_uncut_outputs(plan, a))
+                      plan.dilations[a], *_uncut_outputs(plan, a),
+                      plan.dilations[a] * pitch[a])
+    # per leading axis and output: the plane offset of the rows of its first in-bounds tap,
+    # and how many in-bounds taps it has
+    lead = np.zeros((2, max(last, 1), taps.first.shape[1]), np.int64)
+    for a in range(last):
+        out = outs[a]
+        lo, hi = taps.lo[a, :out], taps.hi[a, :out]
+        lead[rows.AT, a, :out] = (taps.first[a, :out] + lo * plan.dilations[a]) * pitch[a]
+        lead[rows.TAPS, a, :out] = np.maximum(hi - lo, 0)
     # the input rows one output row's window reaches: a tap count per leading axis, never
     # more than the axis holds (a kernel of 2**40 taps over 3 rows reaches 3)
     most_rows = math.prod(min(k, n) for k, n in zip(plan.kernel[:last], plan.in_shape[:last]))
@@ -563,10 +620,41 @@ def rows_tables(label: str, plan: WindowPlan, planes: int, parts: int) -> RowsTa
     setup[rows.ROWS_PER_ITEM] = rows_per_item
     setup[rows.ITEMS_PER_PLANE] = items_per_plane
     setup[rows.MOST_ROWS] = most_rows
+    k, s, d, width = (plan.kernel[last], plan.strides[last], plan.dilations[last],
+                      plan.in_shape[last])
+    if ladder_wins(k, s):
+        # two rows of a chunk's span (a chunk of outputs reaching 4 windows' extent past the
+        # first, so that little is found twice), no longer than the row, where every window
+        # the ladder pools lies
+        extent = (k - 1) * d + 1
+        chunk = max(rows.LADDER_CHUNK, 4 * extent // s)
+        span = min((chunk - 1) * s + extent, width)
+        check_table(label, "the row kernel's ladder", (2 * span,), np.dtype("V8"))
+        setup[rows.LADDER_SIZE] = 2 * span
+    setup[rows.EDGE_SCANS] = _edges_scan(plan)
     tap_table = np.stack([taps.first, taps.lo, taps.hi])
-    for array in (axes, tap_table, setup):
+    for array in (axes, tap_table, lead, setup):
         array.flags.writeable = False  # shared by every call of the plan
-    return RowsTables(axes, tap_table, setup, planes * items_per_plane)
+    return RowsTables(axes, tap_table, lead, setup, planes * items_per_plane)
+
+
+def _edges_scan(plan: WindowPlan) -> bool:
+    """Whether ``max_rows`` finds the cut windows of the last axis by running maxima from
+    each end of a row (``_edge_scans``): at dilation 1, with the cut windows before the uncut
+    ones all starting at the row's start, those after them all ending at its end, and no
+    empty window."""
+    last = plan.rank - 1
+    if plan.dilations[last] != 1:
+        return False
+    taps, out, n = plan.taps, plan.out_shape[last], plan.in_shape[last]
+    uncut_lo, uncut_hi = _uncut_outputs(plan, last)
+    if uncut_lo == uncut_hi:
+        uncut_lo = uncut_hi = out
+    begin = taps.first[last, :out] + taps.lo[last, :out]
+    end = taps.first[last, :out] + taps.hi[last, :out]
+    if np.any(end <= begin):
+        return False
+    return bool(np.all(begin[:uncut_lo] == 0) and np.all(end[uncut_hi:] == n))
 
 
 class KernelOverride:
@@ -690,7 +778,8 @@ class _PoolLaunch:
                          xs.view(self.words), parts=self.parts)
         elif kernel == ROWS:
             tables = self.rows
-            arguments = (xs, ys, tables.axes, tables.taps, tables.setup, self.tables[-1])
+            arguments = (xs, ys, tables.axes, tables.taps, tables.lead, tables.setup,
+                         self.tables[-1])
             if self.ready or self._ready(rows.max_rows, arguments):
                 launch_split(rows.max_rows, tables.items, *arguments, parts=self.parts)
             else:
