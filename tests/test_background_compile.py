@@ -211,3 +211,67 @@ def test_unreadable_cache_internals_mean_compile_here(queue):
 def test_the_switch(monkeypatch, value, on):
     monkeypatch.setenv(background.ENV, value)
     assert background.enabled() is on
+
+
+def _hold_lock(kernel, signature):
+    """Take the signature's compile lock as another process's child would (flock locks of
+    two open files conflict within one process too)."""
+    import fcntl
+
+    handle = open(background._lock_path(kernel, signature), "w")
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return handle
+
+
+@pytest.mark.skipif(os.name != "posix", reason="flock")
+def test_a_signature_another_process_compiles_starts_no_child(queue, tmp_path):
+    kernel = _Kernel()
+    kernel._cache._cache_path = str(tmp_path)
+    held = _hold_lock(kernel, ("int",))
+    assert background.ready(kernel, (1,)) is False
+    background.start_queued()
+    assert queue.started == []  # the other process compiles it: the stand-in answers
+    assert background.pending() == 1
+    kernel._cache._cache_file.index[("int",)] = "kernel-1.nbc"  # ...and has cached it
+    assert background.pending() == 0
+    assert background.wait(timeout=10) is True
+    assert background.ready(kernel, (1,)) is True
+    assert queue.started == []
+    held.close()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="flock")
+def test_a_lock_left_without_the_kernel_is_taken_over(queue, tmp_path):
+    kernel = _Kernel()
+    kernel._cache._cache_path = str(tmp_path)
+    held = _hold_lock(kernel, ("int",))
+    assert background.ready(kernel, (1,)) is False
+    background.start_queued()
+    assert background.ready(kernel, ("a",)) is False  # not held: queued behind nothing
+    background.start_queued()
+    assert queue.started == [("str",)]
+    held.close()  # the other process's child ended without caching the kernel
+    assert background.wait(timeout=60) is True
+    assert queue.started == [("str",), ("int",)]
+    assert background.ready(kernel, (1,)) is True
+
+
+@pytest.mark.skipif(os.name != "posix", reason="flock")
+def test_our_child_holds_the_lock_until_it_ends(tmp_path, monkeypatch):
+    """The real start: the child inherits the locked descriptor, and the lock is free once
+    it exits, whatever its end."""
+    monkeypatch.setenv(background.ENV, "1")
+    monkeypatch.setattr(background, "_JOBS", {})
+    monkeypatch.setattr(background, "_READY", set())
+    kernel = _Kernel()
+    kernel._cache._cache_path = str(tmp_path)
+    job = background._Job(kernel, ("int",))
+    job.lock = background._claim(job)
+    assert job.lock is not None and job.lock >= 0
+    process = background._start(job)  # a child that cannot import this fake kernel: it
+    os.close(job.lock)                  # starts Python, fails and exits
+    assert background._claim(background._Job(kernel, ("int",))) is None  # the child holds it
+    process.wait(timeout=60)
+    again = background._claim(background._Job(kernel, ("int",)))
+    assert again is not None and again >= 0
+    os.close(again)

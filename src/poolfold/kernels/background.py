@@ -10,6 +10,12 @@ the child is done, the next call loads the kernel from the cache (tens of millis
 runs it, and so does every later process.  One child runs at a time; the signatures wait
 their turn in order.
 
+Processes starting together compile each signature once: a child holds a lock file beside
+numba's cache for its signature (``flock``, released when the child exits, however it
+ends).  A process that finds the lock held starts no child of its own for that signature:
+its stand-in answers until the other process's child has put the kernel in the cache, and
+if that child ends without doing so, the lock is free again and this process takes it.
+
 ``POOLFOLD_BACKGROUND_COMPILE=0`` turns this off: the first call compiles the kernel in the
 process, as numba does by itself.  :func:`wait` waits for the children (tests, benchmarks).
 
@@ -43,6 +49,8 @@ class _Job:
     process: subprocess.Popen | None = None
     failed: bool = False
     started: float = 0.0  # time.monotonic() when the child started
+    elsewhere: bool = False  # another process's child holds this signature's lock
+    lock: int | None = None  # the lock file's descriptor, handed to our child
 
 
 _LOCK = threading.Lock()
@@ -87,6 +95,10 @@ def ready(kernel, args) -> bool:
             _JOBS[key] = _Job(kernel, signature)
             return False
         _advance()
+        if _done_elsewhere(job):  # compiled by another process
+            _READY.add(key)
+            del _JOBS[key]
+            return True
         if job.failed or (job.process is not None and job.process.poll() is not None):
             # Done: the call loads the kernel from the cache.  Failed, or the cache is one
             # this process cannot read: the call compiles it here, as numba would.
@@ -108,7 +120,8 @@ def pending() -> int:
     with _LOCK:
         _advance()
         return sum(1 for job in _JOBS.values()
-                   if not job.failed and (job.process is None or job.process.poll() is None))
+                   if not job.failed and not _done_elsewhere(job)
+                   and (job.process is None or job.process.poll() is None))
 
 
 def wait(timeout: float | None = None) -> bool:
@@ -122,7 +135,8 @@ def wait(timeout: float | None = None) -> bool:
             _advance()
             running = [job.process for job in _JOBS.values()
                        if job.process is not None and job.process.poll() is None]
-            queued = any(job.process is None and not job.failed for job in _JOBS.values())
+            queued = any(job.process is None and not job.failed and not _done_elsewhere(job)
+                         for job in _JOBS.values())
         if not running and not queued:
             return True
         left = None if deadline is None else deadline - time.monotonic()
@@ -145,12 +159,70 @@ def _advance() -> None:
         if job.process is not None and job.process.returncode != 0:
             job.failed = True
     for job in _JOBS.values():
-        if job.process is None and not job.failed:
-            job.process = _start(job)
+        if job.process is None and not job.failed and not _done_elsewhere(job):
+            job.lock = _claim(job)
+            job.elsewhere = job.lock is None
+            if job.elsewhere:  # another process compiles it: the next signature's turn
+                continue
+            if job.lock >= 0 and _cached(job.kernel, job.signature):  # it just did
+                os.close(job.lock)
+                job.lock, job.elsewhere = None, True
+                continue
+            try:
+                job.process = _start(job)
+            finally:
+                if job.lock >= 0:  # the child holds the lock now, or there is no child
+                    os.close(job.lock)
+                job.lock = None
             job.started = time.monotonic()
             if job.process is None:
                 job.failed = True
             return
+
+
+def _done_elsewhere(job: _Job) -> bool:
+    """Whether another process's child has put the job's signature in the cache."""
+    return job.elsewhere and _cached(job.kernel, job.signature)
+
+
+# What _claim returns where no lock can be taken (no flock, or no cache directory to put the
+# lock in): compile as if no other process could.
+_NO_LOCK = -1
+
+
+def _lock_path(kernel, signature) -> str | None:
+    """The signature's lock file, beside numba's cache of the kernel's module."""
+    import hashlib
+
+    try:
+        directory = kernel._cache._cache_path
+    except AttributeError:
+        return None
+    digest = hashlib.sha1(repr((_name(kernel), signature)).encode()).hexdigest()[:20]
+    return os.path.join(directory, f"poolfold-compile-{digest}.lock")
+
+
+def _claim(job: _Job) -> int | None:
+    """The descriptor of the signature's lock file, locked; None if another process holds
+    it; :data:`_NO_LOCK` where there is nothing to lock with."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return _NO_LOCK
+    path = _lock_path(job.kernel, job.signature)
+    if path is None:
+        return _NO_LOCK
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:  # a read-only cache: numba will say so on its own
+        return _NO_LOCK
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        return None
+    return descriptor
 
 
 def _name(kernel) -> tuple[str, str]:
@@ -165,7 +237,8 @@ def _start(job: _Job) -> subprocess.Popen | None:
         process = subprocess.Popen(
             [sys.executable, "-m", __name__], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**os.environ, ENV: "0"}, start_new_session=True)
+            env={**os.environ, ENV: "0"}, start_new_session=True,
+            pass_fds=() if job.lock is None or job.lock < 0 else (job.lock,))
         process.stdin.write(payload)
         process.stdin.close()
     except (OSError, ValueError):
