@@ -83,10 +83,8 @@ def run_forced(kernel, x, kernel_shape, channels_last=False, **attributes):
 def check(kernel, x, kernel_shape, channels_last=False, **attributes):
     """``kernel`` forced against the oracle, with and without Indices (an NCHW ``x``: moved
     to channels-last for ``channels_last``; the nhwc MaxPool takes no bfloat16: not run).
-    The row kernel runs channels-first without Indices only."""
+    The row kernel runs without Indices only."""
     if channels_last and x.dtype == ml_dtypes.bfloat16:
-        return
-    if kernel == ROWS and channels_last:
         return
     want_y, want_i = oracle.max_pool(
         x, kernel_shape, strides=attributes.get("strides"), pads=attributes.get("pads"),
@@ -198,7 +196,7 @@ def test_passes_in_tiny_slabs_match_oracle(call):
         check(PASSES, x, kernel_shape, **attributes)
 
 
-@pytest.mark.parametrize("kernel", GENERAL)
+@pytest.mark.parametrize("kernel", GENERAL + PLAIN)
 @settings(max_examples=60)
 @given(call=calls(max_rank=3))
 def test_forced_kernel_channels_last_matches_oracle(kernel, call):
@@ -262,6 +260,7 @@ def test_hand_picked_match_oracle(shape, kernel_shape, attributes, dtype, kernel
     check(kernel, x, kernel_shape, channels_last=True, **attributes)
     if kernel == PASSES:  # the row kernel beside it, on the same values
         check(ROWS, x, kernel_shape, **attributes)
+        check(ROWS, x, kernel_shape, channels_last=True, **attributes)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: t.name)
@@ -289,10 +288,10 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     x = np.zeros((1, 2, 30, 30), np.float32)
     spec = poolfold.schema.resolve("MaxPool", None)
 
-    def chosen(kernel_shape, strides, by_rows=True, shape=x.shape, itemsize=4):
+    def chosen(kernel_shape, strides, by_rows=True, shape=x.shape, itemsize=4, lanes=1):
         plan = max_pool_module.resolve_plan(spec, shape, kernel_shape, strides, None, None,
                                             "NOTSET", False)
-        return max_pool_module.choose_kernel(plan, itemsize, 0, None, by_rows)[0]
+        return max_pool_module.choose_kernel(plan, itemsize, 0, None, by_rows, lanes)[0]
 
     assert chosen([5, 5], [3, 3]) == ROWS  # a strided last axis
     assert chosen([7, 7], [1, 1]) == ROWS  # a window van Herk runs would take
@@ -307,6 +306,13 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([21, 21], [1, 1]) == PASSES  # long windows: van Herk runs
     assert chosen([31], [1], shape=(1, 2, 300)) == ROWS
     assert chosen([128], [1], shape=(1, 2, 300)) == ROWS  # long 1-D windows: a ladder of runs
+    # channels-last samples (lanes: their channels): rows where the last axis strides, or
+    # van Herk runs would be taken in 2-D; never tiles
+    assert chosen([2, 2], [2, 2], lanes=24) == ROWS
+    assert chosen([3, 3], [1, 1], lanes=8) == PASSES
+    assert chosen([7, 7], [1, 1], lanes=16) == ROWS
+    assert chosen([128], [1], shape=(1, 2, 300), lanes=4) == PASSES  # no ladder with lanes
+    assert chosen([3, 3], [2, 2], by_rows=False, lanes=8) == PASSES  # Indices
     with forced_kernel(ROWS) as override:  # forced with Indices: refused, and said so
         poolfold.max_pool(x, [3, 3], return_indices=True)
     assert override.ran == [PASSES]

@@ -49,8 +49,8 @@ AXIS_ROWS = 8
 # Rows of the leading-axes table ``lead``.
 AT, TAPS = range(2)
 # Entries of ``setup``.
-ROWS_PER_ITEM, ITEMS_PER_PLANE, MOST_ROWS, LADDER_SIZE, EDGE_SCANS = range(5)
-SETUP_SIZE = 5
+ROWS_PER_ITEM, ITEMS_PER_PLANE, MOST_ROWS, LADDER_SIZE, EDGE_SCANS, LANES = range(6)
+SETUP_SIZE = 6
 
 
 @njit(inline="always")
@@ -270,28 +270,48 @@ def _order_matters_overload(v):
 
 
 @helper
-def _in_window_order(dst, to, src, row_at, rows, first, lo, hi, d, out):
-    """For each output of row ``dst[to:to + out]`` that is a zero or a NaN: the first tap in
-    window order (the leading rows ``row_at[:rows]`` in order, then the last axis's taps)
-    that equals it, zero for zero, NaN for NaN."""
+def _in_window_order(dst, to, src, row_at, rows, first, lo, hi, d, out, lanes):
+    """For each output of row ``dst[to:to + out*lanes]`` that is a zero or a NaN: the first
+    tap in window order (the leading rows ``row_at[:rows]`` in order, then the last axis's
+    taps) that equals it, zero for zero, NaN for NaN.  Output ``o*lanes + c`` is output o of
+    lane c, whose taps are ``lanes`` elements a position."""
     u = np.uint64
-    for o in range(out):
-        v = dst[u(to + o)]
+    for m in range(out * lanes):
+        v = dst[u(to + m)]
         if not _order_matters(v):
             continue
+        o, c = m // lanes, m % lanes
         zero = order_key(v) == 0
         found = False
         for r in range(rows):
-            at = row_at[r] + first[o]
+            at = row_at[r] + first[o] * lanes + c
             for t in range(lo[o], hi[o]):
-                w = src[u(at + t * d)]
+                w = src[u(at + t * d * lanes)]
                 key = order_key(w)
                 if (key == 0) if zero else (key != key):
-                    dst[u(to + o)] = w
+                    dst[u(to + m)] = w
                     found = True
                     break
             if found:
                 break
+
+
+@njit(inline="always")
+def _reduce_lanes(dst, to, src, e, first, lo, hi, d, out, lanes, empty_value, tap_at):
+    """:func:`reduce_row` for a channels-last row: ``lanes`` contiguous elements a position
+    (the channels), output o's lanes ``dst[to + o*lanes:][:lanes]`` folding its in-bounds
+    taps' runs of lanes, a vectorised loop over the lanes per output."""
+    u = np.uint64
+    for o in range(out):
+        taps = hi[o] - lo[o]
+        where = to + o * lanes
+        if taps <= 0:
+            for c in range(lanes):
+                dst[u(where + c)] = empty_value
+            continue
+        for t in range(taps):
+            tap_at[t] = e + (first[o] + (lo[o] + t) * d) * lanes
+        fold_values(dst, where, src, tap_at, taps, lanes)
 
 
 @helper
@@ -322,7 +342,8 @@ def _leading_rows(row_at, x_at, lead, axes, o, j, last):
 def max_rows(x, y, axes, taps, lead, setup, empty_value, start, stop):
     """Fill ``y`` for the work items ``[start, stop)``.
 
-    x, y : (planes, S_in), (planes, S_out), value views of channels-first planes
+    x, y : (planes, S_in), (planes, S_out), value views of channels-first planes, or of
+        channels-last samples (a position's LANES channels contiguous)
     axes : (AXIS_ROWS, rank) int64, per axis: IN, OUT, KERNEL, STRIDE, DILATION, the
         outputs ``[UNCUT_LO, UNCUT_HI)`` whose window has every tap inside, and STEP, the
         elements between two taps (for a leading axis, rows of the plane apart)
@@ -334,12 +355,14 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, start, stop):
         leading axes, row-major) of one plane, ITEMS_PER_PLANE items a plane; MOST_ROWS is
         the most input rows one output row's window reaches; LADDER_SIZE the scratch of
         :func:`_ladder`, 0 where the last axis folds tap by tap; EDGE_SCANS 1 where the cut
-        windows go by :func:`_edge_scans`
+        windows go by :func:`_edge_scans`; LANES the elements a position holds: 1 for
+        channels-first planes, C for channels-last ones (then neither ladder nor edge scans)
     """
     u = np.uint64
     rank = axes.shape[1]
     last = rank - 1
-    width = axes[IN, last]
+    lanes = setup[LANES]
+    width = axes[IN, last] * lanes
     out = axes[OUT, last]
     lead_out = 1
     for a in range(last):
@@ -354,6 +377,9 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, start, stop):
     row_at = np.empty(max(setup[MOST_ROWS], 1), np.int64)  # where each of those rows starts
     ladder = np.empty(setup[LADDER_SIZE], x.dtype)  # long last-axis windows' scratch, or none
     edge_scans = setup[EDGE_SCANS] == 1
+    # where a channels-last output's in-bounds taps start: no more than the row holds
+    tap_at = np.empty(max(min(axes[KERNEL, last], axes[IN, last]) if lanes > 1 else 0, 1),
+                      np.int64)
     o = np.zeros(max(last, 1), np.int64)  # the leading output position
     j = np.zeros(max(last, 1), np.int64)  # a leading tap
     out_shape = axes[OUT]  # views made once: each costs reference counting
@@ -378,7 +404,7 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, start, stop):
             o[a] = rest % axes[OUT, a]
             rest //= axes[OUT, a]
         for q in range(q0, q1):
-            to = p * out_size + q * out
+            to = p * out_size + q * out * lanes
             # The input rows the window reaches along the leading axes, in window order.  Two
             # and three dimensions are written out: through a helper and its counters they
             # cost a fifth of a 2-D 3x3 pool (about 20 ns a row).
@@ -400,7 +426,7 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, start, stop):
                 rows = _leading_rows(row_at, x_at, lead, axes, o, j, last)
                 next_in_shape(o, out_shape, last)  # the next leading output position
             if rows == 0:  # every leading tap is padding: the whole row is empty windows
-                for i in range(out):
+                for i in range(out * lanes):
                     y_flat[u(to + i)] = empty_value
                 continue
             src = flat  # one leading row is read where it lies
@@ -409,12 +435,16 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, start, stop):
                 fold_values(row, 0, flat, row_at, rows, width)
                 src = row
                 e = 0
-            reduce_row(y_flat, to, src, e, first_last, lo_last, hi_last, k, s, d, out,
-                       uncut_lo, uncut_hi, empty_value, ladder, edge_scans, width)
+            if lanes == 1:
+                reduce_row(y_flat, to, src, e, first_last, lo_last, hi_last, k, s, d, out,
+                           uncut_lo, uncut_hi, empty_value, ladder, edge_scans, width)
+            else:
+                _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, out, lanes,
+                              empty_value, tap_at)
             if rows > 1:
                 any_matters = False  # a sweep without branches: most rows hold none
-                for i in range(out):
+                for i in range(out * lanes):
                     any_matters |= _order_matters(y_flat[u(to + i)])
                 if any_matters:
                     _in_window_order(y_flat, to, flat, row_at, rows, first_last, lo_last,
-                                     hi_last, d, out)
+                                     hi_last, d, out, lanes)
