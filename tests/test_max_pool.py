@@ -778,3 +778,26 @@ def test_lists_and_numpy_integer_attributes_accepted():
     assert_same_bits(got, want)
     y_ref, _ = oracle.max_pool(x, [3, 2], strides=[2, 1], pads=[1, 0, 1, 1], dilations=[1, 2])
     assert_same_bits(got, y_ref)
+
+
+def test_calls_with_the_same_exact_arguments_reuse_their_launch():
+    """The kept launch (``_LAUNCHES``) serves only calls the checks treat alike: exact
+    Python ints and tuples, the same X shape and type; others are checked afresh."""
+    from poolfold.ops import max_pool as module
+
+    x = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+    module._LAUNCHES.clear()
+    first = poolfold.max_pool(x, [2, 2], strides=[1, 1])
+    assert len(module._LAUNCHES) == 1
+    launch = next(iter(module._LAUNCHES.values()))
+    again = poolfold.max_pool(x, (2, 2), strides=(1, 1))  # tuples and lists alike
+    assert len(module._LAUNCHES) == 1 and next(iter(module._LAUNCHES.values())) is launch
+    np.testing.assert_array_equal(first, again)
+    poolfold.max_pool(x, [np.int64(2), 2])  # a numpy integer: checked, not kept
+    assert len(module._LAUNCHES) == 1
+    with pytest.raises(TypeError, match="kernel_shape"):
+        poolfold.max_pool(x, [2.0, 2])  # equal to 2, but refused: never served a launch
+    with pytest.raises(TypeError, match="ceil_mode"):
+        poolfold.max_pool(x, [2, 2], strides=[1, 1], ceil_mode=[1])  # unhashable
+    poolfold.max_pool(x.astype(np.float64), [2, 2], strides=[1, 1])  # another type
+    assert len(module._LAUNCHES) == 2

@@ -37,22 +37,35 @@ PLAIN = [ROWS]
 
 
 @contextlib.contextmanager
-def tiny_slabs(slab_bytes=64):
-    """The separable passes cut every plane into slabs of a row or two and reduce every window
-    of two taps or more by van Herk runs, whatever the stride: the launches and tables built
-    meanwhile are dropped on both sides, so nothing leaks into other tests."""
-    module = max_pool_module
-    saved = module.SLAB_BYTES, module._van_herk
-    caches = (module.passes_tables, module._pool_launch, module.choose_kernel)
-    for cache in caches:
-        cache.cache_clear()
-    module.SLAB_BYTES, module._van_herk = slab_bytes, lambda kernel, stride: kernel >= 2
+def patched(settings, caches):
+    """Module attributes set (``settings``: (module, name, value) triples) for the block,
+    with the launches, tables and choices built meanwhile dropped on both sides (``caches``
+    and the calls' kept launches), so nothing leaks into other tests."""
+    saved = [(module, name, getattr(module, name)) for module, name, _ in settings]
+
+    def drop():
+        for cache in caches:
+            cache.cache_clear()
+        max_pool_module._LAUNCHES.clear()
+
+    drop()
+    for module, name, value in settings:
+        setattr(module, name, value)
     try:
         yield
     finally:
-        module.SLAB_BYTES, module._van_herk = saved
-        for cache in caches:
-            cache.cache_clear()
+        for module, name, value in saved:
+            setattr(module, name, value)
+        drop()
+
+
+def tiny_slabs(slab_bytes=64):
+    """The separable passes cut every plane into slabs of a row or two and reduce every window
+    of two taps or more by van Herk runs, whatever the stride."""
+    module = max_pool_module
+    return patched([(module, "SLAB_BYTES", slab_bytes),
+                    (module, "_van_herk", lambda kernel, stride: kernel >= 2)],
+                   (module.passes_tables, module._pool_launch, module.choose_kernel))
 
 
 def values(rng, shape, dtype, nan_rate=0.05):
@@ -158,23 +171,13 @@ def test_rows_forced_match_oracle(call):
     check(ROWS, x, kernel_shape, **attributes)
 
 
-@contextlib.contextmanager
 def short_ladders():
     """The row kernel reduces every last-axis window of two taps or more by its ladder of
     runs (at a stride of at most half the window), in chunks of a few outputs: the paths of
     long rows and windows on tiny ones."""
     module = max_pool_module
-    saved = module.LADDER_TAPS, rows_module.LADDER_CHUNK
-    caches = (module.rows_tables, module._pool_launch, module.choose_kernel)
-    for cache in caches:
-        cache.cache_clear()
-    module.LADDER_TAPS, rows_module.LADDER_CHUNK = 2, 1
-    try:
-        yield
-    finally:
-        module.LADDER_TAPS, rows_module.LADDER_CHUNK = saved
-        for cache in caches:
-            cache.cache_clear()
+    return patched([(module, "LADDER_TAPS", 2), (rows_module, "LADDER_CHUNK", 1)],
+                   (module.rows_tables, module._pool_launch, module.choose_kernel))
 
 
 @settings(max_examples=100)

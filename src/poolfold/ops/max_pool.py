@@ -146,9 +146,14 @@ def _call_key(x, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, st
                   exact_key(dilations))
     if INEXACT in attributes:
         return None
-    return (x.shape, x.dtype, attributes, auto_pad, type(ceil_mode), ceil_mode,
-            type(storage_order), storage_order, type(return_indices), return_indices,
-            type(opset), opset, _forced(), kernel_threads())
+    key = (x.shape, x.dtype, attributes, auto_pad, type(ceil_mode), ceil_mode,
+           type(storage_order), storage_order, type(return_indices), return_indices,
+           type(opset), opset, _forced(), kernel_threads())
+    try:
+        hash(key)
+    except TypeError:  # an unhashable attribute: the checks say what is wrong with it
+        return None
+    return key
 
 
 def prepare(spec, x, kernel_shape, *, strides=None, pads=None, dilations=None,
