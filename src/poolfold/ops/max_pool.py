@@ -662,7 +662,9 @@ def rows_tables(label: str, plan: WindowPlan, planes: int, parts: int,
         span = min((chunk - 1) * s + extent, width)
         check_table(label, "the row kernel's ladder", (2 * span,), np.dtype("V8"))
         setup[rows.LADDER_SIZE] = 2 * span
-    setup[rows.EDGE_SCANS] = lanes == 1 and _edges_scan(plan)
+    # running maxima for cut windows of 8 taps and more: a call per row (its arrays'
+    # reference counts) costs shorter windows more than folding their few taps in place
+    setup[rows.EDGE_SCANS] = lanes == 1 and k >= LADDER_TAPS and _edges_scan(plan)
     tap_table = np.stack([taps.first, taps.lo, taps.hi])
     for array in (axes, tap_table, lead, setup):
         array.flags.writeable = False  # shared by every call of the plan
