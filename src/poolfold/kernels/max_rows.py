@@ -1,16 +1,24 @@
 """Window maximum by whole rows: the leading axes first, the last axis last.
 
-For channels-first planes of any rank, without Indices.  An output row (every output along
-the last axis, for one position of the leading axes) is found in two steps:
+For channels-first planes, or channels-last samples, of any rank, without Indices.  An
+output row (every output along the last axis, for one position of the leading axes) is found
+in two steps:
 
 1. the input rows its window reaches along the leading axes (for a 2-D 3x3 window, three
-   rows of the plane) are folded, tap by tap, into one row of the input's width: contiguous
-   streams, vectorised (:func:`poolfold.kernels.folds.fold`), read from the input where they
-   lie.  A window of one leading row is read in place.
+   rows of the plane) are folded, tap by tap, into one row of the input's width (W elements,
+   or W*C for channels-last samples): contiguous streams, vectorised
+   (:func:`poolfold.kernels.folds.fold_values`), read from the input where they lie.  A
+   window of one leading row is read in place.
 2. that row is reduced along the last axis, tap by tap over every output of the row: tap t
    of output i is element ``i*s + t*d``, a stream at the stride.  LLVM vectorises such loops
    (deinterleaving loads) when it knows the stride, so strides 1 to 4 each get a loop of
-   their own; other strides share one.
+   their own; other strides share one.  Windows of 8 taps and more go by a ladder of runs
+   (:func:`_ladder`), whose passes do not grow with the window; channels-last outputs fold
+   their taps' runs of C channels (:func:`_reduce_lanes`).
+
+Every per-row step is inlined into the kernel: a helper called once per row of a few dozen
+outputs costs its array arguments' reference counts, which was a third of a 2-D 3x3 pool's
+time.
 
 Reducing the last axis last means the strided pass, the dear one, runs over the output rows
 only, not over every input row: at stride s along the leading axes it has s times fewer
@@ -26,7 +34,8 @@ an integer one) is found again in window order (:func:`_in_window_order`): the f
 that equals it, which for the common all-zero window is the window's first.
 
 Windows the padding cuts along the last axis (a few at each end of a row) are folded one at
-a time over their in-bounds taps; a window with no tap inside the input gives
+a time over their in-bounds taps, or, for long windows, found as running maxima from each
+end of the row (:func:`_edge_scans`); a window with no tap inside the input gives
 ``empty_value``.  The kernel never validates: the op layer has checked every shape and
 table (:func:`poolfold.ops.max_pool.rows_tables`).
 """
