@@ -49,7 +49,7 @@ from numba.extending import overload
 from . import helper
 from .folds import beats, fold_values
 from .half import HALF_BITS
-from .odometer import next_in_shape
+from .odometer import next_in_ranges, next_in_shape
 from .ordering import order_key
 
 # Rows of the per-axis table ``axes``.
@@ -324,26 +324,21 @@ def _reduce_lanes(dst, to, src, e, first, lo, hi, d, out, lanes, empty_value, ta
 
 
 @helper
-def _leading_rows(row_at, x_at, lead, axes, o, j, last):
+def _leading_rows(row_at, x_at, lead_at, no_taps, lead_taps, steps, o, j, last):
     """Where the input rows of leading output position ``o`` start (``row_at``, in window
-    order), and how many there are: per leading axis, ``lead[TAPS, a, o[a]]`` taps from
-    ``lead[AT, a, o[a]]``, ``axes[STEP, a]`` elements apart."""
+    order), and how many there are: per leading axis, ``lead_taps[a, o[a]]`` taps from
+    ``lead_at[a, o[a]]``, ``steps[a]`` elements apart (``no_taps``: zeros, where each
+    axis's tap counter starts)."""
     rows = 1
     for a in range(last):
-        rows *= lead[TAPS, a, o[a]]
+        rows *= lead_taps[a, o[a]]
         j[a] = 0
     for r in range(rows):
         at = x_at
         for a in range(last):
-            at += lead[AT, a, o[a]] + j[a] * axes[STEP, a]
+            at += lead_at[a, o[a]] + j[a] * steps[a]
         row_at[r] = at
-        a = last - 1  # the next leading tap, row-major
-        while a >= 0:
-            j[a] += 1
-            if j[a] < lead[TAPS, a, o[a]]:
-                break
-            j[a] = 0
-            a -= 1
+        next_in_ranges(j, o, no_taps, lead_taps, last)
     return rows
 
 
@@ -391,7 +386,9 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, start, stop):
                       np.int64)
     o = np.zeros(max(last, 1), np.int64)  # the leading output position
     j = np.zeros(max(last, 1), np.int64)  # a leading tap
-    out_shape = axes[OUT]  # views made once: each costs reference counting
+    # views made once: each costs reference counting
+    out_shape, lead_at, lead_taps, steps = axes[OUT], lead[AT], lead[TAPS], axes[STEP]
+    no_taps = np.zeros_like(lead_taps)
     first_last = taps[0, last]
     lo_last = taps[1, last]
     hi_last = taps[2, last]
@@ -432,7 +429,8 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, start, stop):
                 for r in range(rows):
                     row_at[r] = at + (r // taps_1) * step0 + (r % taps_1) * step1
             elif last > 2:
-                rows = _leading_rows(row_at, x_at, lead, axes, o, j, last)
+                rows = _leading_rows(row_at, x_at, lead_at, no_taps, lead_taps, steps, o, j,
+                                     last)
                 next_in_shape(o, out_shape, last)  # the next leading output position
             if rows == 0:  # every leading tap is padding: the whole row is empty windows
                 for i in range(out * lanes):
