@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import numpy as np
 import pytest
@@ -116,6 +117,7 @@ class _Kernel:
     def __init__(self):
         self.overloads = {}
         self._cache = _Cache()
+        self.stats = types.SimpleNamespace(cache_path=None)  # where numba caches the kernel
         self.targetctx = self
         self.py_func = self._kernel
 
@@ -226,7 +228,7 @@ def _hold_lock(kernel, signature):
 @pytest.mark.skipif(os.name != "posix", reason="flock")
 def test_a_signature_another_process_compiles_starts_no_child(queue, tmp_path):
     kernel = _Kernel()
-    kernel._cache._cache_path = str(tmp_path)
+    kernel.stats.cache_path = str(tmp_path)
     held = _hold_lock(kernel, ("int",))
     assert background.ready(kernel, (1,)) is False
     background.start_queued()
@@ -243,7 +245,7 @@ def test_a_signature_another_process_compiles_starts_no_child(queue, tmp_path):
 @pytest.mark.skipif(os.name != "posix", reason="flock")
 def test_a_lock_left_without_the_kernel_is_taken_over(queue, tmp_path):
     kernel = _Kernel()
-    kernel._cache._cache_path = str(tmp_path)
+    kernel.stats.cache_path = str(tmp_path)
     held = _hold_lock(kernel, ("int",))
     assert background.ready(kernel, (1,)) is False
     background.start_queued()
@@ -264,7 +266,7 @@ def test_our_child_holds_the_lock_until_it_ends(tmp_path, monkeypatch):
     monkeypatch.setattr(background, "_JOBS", {})
     monkeypatch.setattr(background, "_READY", set())
     kernel = _Kernel()
-    kernel._cache._cache_path = str(tmp_path)
+    kernel.stats.cache_path = str(tmp_path)
     job = background._Job(kernel, ("int",))
     job.lock = background._claim(job)
     assert job.lock is not None and job.lock >= 0

@@ -9,15 +9,16 @@ import sys
 import threading
 import time
 
+import numba
 import pytest
 
-from poolfold import kernels
+from poolfold.kernels import affinity, threads
 
 
-@pytest.mark.parametrize("threads, count", [("1", 7), ("2", 7), ("2", 1), ("3", 2), ("2", 0),
-                                           ("2", 100)])
-def test_launch_split_covers_the_range_once_in_contiguous_pieces(monkeypatch, threads, count):
-    monkeypatch.setenv("POOLFOLD_NUM_THREADS", threads)
+@pytest.mark.parametrize("num_threads, count", [("1", 7), ("2", 7), ("2", 1), ("3", 2), ("2", 0),
+                                               ("2", 100)])
+def test_launch_split_covers_the_range_once_in_contiguous_pieces(monkeypatch, num_threads, count):
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", num_threads)
     pieces = []
     lock = threading.Lock()
 
@@ -26,10 +27,10 @@ def test_launch_split_covers_the_range_once_in_contiguous_pieces(monkeypatch, th
         with lock:
             pieces.append((start, stop, threading.get_ident()))
 
-    kernels.launch_split(kernel, count, "args first")
+    threads.launch_split(kernel, count, "args first")
     pieces.sort()
-    parts = max(1, min(count, kernels.kernel_threads()))
-    want = 1 if parts == 1 else min(count, parts * kernels.PIECES_PER_THREAD)
+    parts = max(1, min(count, threads.kernel_threads()))
+    want = 1 if parts == 1 else min(count, parts * threads.PIECES_PER_THREAD)
     assert len(pieces) == want
     assert len({thread for _, _, thread in pieces}) <= parts
     assert pieces[0][0] == 0 and pieces[-1][1] == count
@@ -40,14 +41,14 @@ def test_launch_split_covers_the_range_once_in_contiguous_pieces(monkeypatch, th
 
 @pytest.mark.parametrize("work, want", [
     (0, 1),
-    (2 * kernels.MIN_WORK_PER_PART - 1, 1),  # too little for two parts: the calling thread
-    (2 * kernels.MIN_WORK_PER_PART, 2),
-    (3 * kernels.MIN_WORK_PER_PART, 3),
-    (100 * kernels.MIN_WORK_PER_PART, 4),  # never more parts than threads
+    (2 * threads.MIN_WORK_PER_PART - 1, 1),  # too little for two parts: the calling thread
+    (2 * threads.MIN_WORK_PER_PART, 2),
+    (3 * threads.MIN_WORK_PER_PART, 3),
+    (100 * threads.MIN_WORK_PER_PART, 4),  # never more parts than threads
 ])
 def test_launch_split_gives_each_part_enough_work(monkeypatch, work, want):
     monkeypatch.setenv("POOLFOLD_NUM_THREADS", "4")
-    monkeypatch.setattr(kernels.numba.config, "NUMBA_NUM_THREADS", 4)
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 4)
     pieces = []
     lock = threading.Lock()
 
@@ -55,32 +56,32 @@ def test_launch_split_gives_each_part_enough_work(monkeypatch, work, want):
         with lock:
             pieces.append((threading.get_ident(), start, stop))
 
-    kernels.launch_split(kernel, 100, work=work)
-    assert kernels.split_parts(100, work) == want
-    assert len(pieces) == (1 if want == 1 else want * kernels.PIECES_PER_THREAD)
+    threads.launch_split(kernel, 100, work=work)
+    assert threads.split_parts(100, work) == want
+    assert len(pieces) == (1 if want == 1 else want * threads.PIECES_PER_THREAD)
     assert len({p[0] for p in pieces}) <= want
     assert min(p[1] for p in pieces) == 0 and max(p[2] for p in pieces) == 100
     if want == 1:
         assert pieces[0][0] == threading.get_ident()  # no hand-off to the pool
 
 
-@pytest.mark.parametrize("threads", ["1", "3"])
-def test_launch_split_returns_what_each_piece_returned_in_order(monkeypatch, threads):
-    monkeypatch.setenv("POOLFOLD_NUM_THREADS", threads)
-    monkeypatch.setattr(kernels.numba.config, "NUMBA_NUM_THREADS", 3)
+@pytest.mark.parametrize("num_threads", ["1", "3"])
+def test_launch_split_returns_what_each_piece_returned_in_order(monkeypatch, num_threads):
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", num_threads)
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 3)
 
     def kernel(start, stop):
         return (start, stop)
 
-    want = [(0, 6)] if threads == "1" else [(i, i + 1) for i in range(6)]
-    assert kernels.launch_split(kernel, 6) == want
+    want = [(0, 6)] if num_threads == "1" else [(i, i + 1) for i in range(6)]
+    assert threads.launch_split(kernel, 6) == want
 
 
 def test_a_slow_thread_takes_fewer_pieces(monkeypatch):
     """The pieces are claimed in turn: while the calling thread is held up in its first piece,
     the pool's thread runs all the others."""
     monkeypatch.setenv("POOLFOLD_NUM_THREADS", "2")
-    monkeypatch.setattr(kernels.numba.config, "NUMBA_NUM_THREADS", 2)
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 2)
     caller = threading.get_ident()
     ran = []
 
@@ -89,21 +90,24 @@ def test_a_slow_thread_takes_fewer_pieces(monkeypatch):
         time.sleep(0.3 if threading.get_ident() == caller else 0.001)
         return start
 
-    assert kernels.launch_split(kernel, 8) == list(range(8))
+    assert threads.launch_split(kernel, 8) == list(range(8))
     assert ran.count(caller) == 1 and len(ran) == 8
 
 
-@pytest.mark.skipif(kernels._current_cpu_reader() is None or len(os.sched_getaffinity(0)) < 2,
+@pytest.mark.skipif(affinity._current_cpu_reader() is None or len(os.sched_getaffinity(0)) < 2,
                     reason="needs Linux's CPU affinity calls and two allowed CPUs")
-def test_pool_threads_are_kept_off_the_callers_cpu(monkeypatch):
+def test_pool_threads_are_kept_off_the_callers_cpu(monkeypatch, request):
     monkeypatch.setenv("POOLFOLD_NUM_THREADS", "2")
-    monkeypatch.setattr(kernels, "_STEERED", None)
+    monkeypatch.setenv(affinity.ENV, "1")
+    monkeypatch.setattr(affinity, "_STEERED", None)
+    affinity.steering.cache_clear()
+    request.addfinalizer(affinity.steering.cache_clear)  # the next test reads its own setting
     for _ in range(2):  # the first call may be the one that starts the pool's thread
-        kernels.launch_split(lambda start, stop: None, 4)
-    steered_from, steered = kernels._STEERED
+        threads.launch_split(lambda start, stop: None, 4)
+    steered_from, steered = affinity._STEERED
     assert steered_from in os.sched_getaffinity(0)
-    assert steered == len(kernels._WORKERS) >= 1
-    for worker in kernels._WORKERS:
+    assert steered == len(affinity._WORKERS) >= 1
+    for worker in affinity._WORKERS:
         assert os.sched_getaffinity(worker) == os.sched_getaffinity(0) - {steered_from}
 
 
@@ -112,12 +116,12 @@ def test_a_forked_child_runs_threaded_calls_on_a_pool_of_its_own(monkeypatch):
     """A forked child has none of its parent's pool threads: its first threaded call starts
     a pool of its own instead of waiting forever on the parent's."""
     monkeypatch.setenv("POOLFOLD_NUM_THREADS", "2")
-    kernels.launch_split(lambda start, stop: None, 4)  # the parent's pool is running
+    threads.launch_split(lambda start, stop: None, 4)  # the parent's pool is running
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through its exit status
         status = 1
         try:
-            done = kernels.launch_split(lambda start, stop: (start, stop), 4)
+            done = threads.launch_split(lambda start, stop: (start, stop), 4)
             status = 0 if done == [(i, i + 1) for i in range(4)] else 1
         finally:
             os._exit(status)
@@ -142,13 +146,13 @@ def test_launch_split_raises_what_a_part_raises(monkeypatch):
             raise ZeroDivisionError("second part")
 
     with pytest.raises(ZeroDivisionError, match="second part"):
-        kernels.launch_split(kernel, 4)
+        threads.launch_split(kernel, 4)
 
 
 CHILD = r"""
 import numpy as np, poolfold
-from poolfold import kernels
-kernels.announce_compiles()
+from poolfold.kernels import notices
+notices.announce_compiles()
 x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
 i = np.array([[[[5, 7], [13, 15]]]])
 poolfold.max_unpool(np.ones((1, 1, 2, 2), np.float32), i, [2, 2], strides=[2, 2])

@@ -1,4 +1,4 @@
-"""Thread safety and the POOLFOLD_NUM_THREADS setting.
+"""Thread safety, the POOLFOLD_NUM_THREADS setting and the POOLFOLD_STEER_THREADS one.
 
 Calls from several Python threads at once must be safe and give the results of a single-threaded
 call; the kernel thread count (POOLFOLD_NUM_THREADS) must not change any result, and an invalid
@@ -15,10 +15,12 @@ import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
+import numba
 import numpy as np
 import pytest
 
 import poolfold
+from poolfold.kernels import affinity, threads
 
 THREADS = 4
 ROUNDS = 10
@@ -175,3 +177,53 @@ def test_valid_num_threads_in_process(monkeypatch, value):
         got = poolfold.max_pool(x, [3, 2], strides=[2, 1], return_indices=True)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+# ---------------------------------------------------------------------------- POOLFOLD_STEER_THREADS
+
+@pytest.fixture
+def steering_read_afresh():
+    """The steering setting is read once per process: read it again in the test, and after."""
+    affinity.steering.cache_clear()
+    yield
+    affinity.steering.cache_clear()
+
+
+def _masks_set_by_threaded_calls(monkeypatch, setting, cpus):
+    """The affinity masks two threaded calls set, the process allowed ``cpus`` CPUs (faked:
+    no thread's mask really changes)."""
+    if setting is None:
+        monkeypatch.delenv(affinity.ENV, raising=False)
+    else:
+        monkeypatch.setenv(affinity.ENV, setting)
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", "2")
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 2)
+    monkeypatch.setattr(affinity, "_STEERED", None)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    masks = []
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, mask: masks.append(mask))
+    for _ in range(2):  # the first call may be the one that starts the pool's thread
+        threads.launch_split(lambda start, stop: None, 4)
+    return masks
+
+
+needs_affinity = pytest.mark.skipif(affinity._current_cpu_reader() is None,
+                                    reason="needs Linux's CPU affinity calls")
+
+
+@needs_affinity
+@pytest.mark.parametrize("setting, cpus, steered", [
+    ("1", 4, True),  # on, on any machine
+    ("0", 2, False),  # off, even where it was measured to help
+    (None, 2, True),  # unset: on only with exactly 2 CPUs allowed, the one case measured
+    (None, 4, False),
+])
+def test_steer_threads_setting(monkeypatch, steering_read_afresh, setting, cpus, steered):
+    assert bool(_masks_set_by_threaded_calls(monkeypatch, setting, cpus)) == steered
+
+
+@needs_affinity
+def test_invalid_steer_threads_warns_and_means_unset(monkeypatch, steering_read_afresh):
+    with pytest.warns(RuntimeWarning, match="POOLFOLD_STEER_THREADS"):
+        masks = _masks_set_by_threaded_calls(monkeypatch, "yes", 2)
+    assert masks

@@ -13,7 +13,7 @@ import numpy as np
 from . import dtypes
 from .errors import PoolfoldError, PoolfoldTypeError
 from .kernels import activation as kernel
-from .kernels import launch
+from .kernels.threads import launch
 from .schema import OpVersion
 
 # name -> (kernel code, number of activation_params)

@@ -133,10 +133,11 @@ def _summary(value: np.ndarray) -> str:
 
 
 def command_run(args) -> int:
-    from . import backend, kernels, models
+    from . import backend, models
     from .errors import PoolfoldError
+    from .kernels import notices
 
-    kernels.announce_compiles()  # a first run compiles for seconds: say so, not sit silent
+    notices.announce_compiles()  # a first run compiles for seconds: say so, not sit silent
     path = args.model or str(models.path())
     if not os.path.exists(path):
         raise UsageError(f"model file not found: {path}")

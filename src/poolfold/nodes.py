@@ -1,10 +1,16 @@
 """ONNX nodes to poolfold calls: the one place that maps a node's attributes and inputs to the
-functional API, for the backend, the ReferenceEvaluator ops and the command line.
+ops, for the backend, the ReferenceEvaluator ops and the command line.
+
+Every op is called through its ``prepare`` (the functional API's checks, so the same errors),
+which gives the inputs as checked and the launch that runs on them; a node keeps the launch
+for later calls with the same kind of inputs (:class:`_Prepared`).  A new op is a row of
+:data:`_OPS`.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import functools
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 import onnx
@@ -12,35 +18,84 @@ from onnx import helper
 
 from . import schema
 from .errors import PoolfoldError
-from .kernels import kernel_threads
+from .kernels.threads import kernel_threads
 from .ops import averaging, col2im, max_pool, max_unpool, nhwc
 
-# (domain, op) -> the function; node attributes map to its keywords of the same names.
-_FUNCTIONS = {
-    (schema.AI_ONNX, "MaxPool"): max_pool.max_pool,
-    (schema.AI_ONNX, "MaxUnpool"): max_unpool.max_unpool,
-    (schema.AI_ONNX, "Col2Im"): col2im.col2im,
-    (schema.NHWC, "MaxPool"): nhwc.max_pool,
-    (schema.NHWC, "MaxUnpool"): nhwc.max_unpool,
-    (schema.AI_ONNX, "AveragePool"): averaging.average_pool,
-    (schema.AI_ONNX, "LpPool"): averaging.lp_pool,
-    (schema.AI_ONNX, "GlobalMaxPool"): averaging.global_max_pool,
-    (schema.AI_ONNX, "GlobalAveragePool"): averaging.global_average_pool,
-    (schema.AI_ONNX, "GlobalLpPool"): averaging.global_lp_pool,
-    (schema.NHWC, "AveragePool"): nhwc.average_pool,
-    (schema.NHWC, "LpPool"): nhwc.lp_pool,
-    (schema.NHWC, "GlobalMaxPool"): nhwc.global_max_pool,
-    (schema.NHWC, "GlobalAveragePool"): nhwc.global_average_pool,
-    (schema.NHWC, "GlobalLpPool"): nhwc.global_lp_pool,
+# How an input keys a node's prepared launches: a data input by its shape and type (the
+# checks depend on nothing else), a shape input (output_shape, image_shape, block_shape) by
+# its values as well.
+_DATA, _SHAPE = "data", "shape"
+_PREPARED_SHAPES = 8  # launches a node keeps: a model meets few shapes per node
+
+
+class _Node(NamedTuple):
+    """What a node fixes for all its calls."""
+
+    spec: schema.OpVersion
+    attributes: dict  # the op's keywords of the same names
+    return_indices: bool  # MaxPool: the node has an Indices output
+    inferred_shape_indices: bool  # MaxUnpool's option of that name
+
+
+def _one_output(prepare, node: _Node, inputs):
+    """An op whose inputs are all required and whose launch gives its one output (Col2Im,
+    the averaging family)."""
+    given = [_input(node.spec, inputs, position) for position in range(len(node.spec.inputs))]
+    x, launch = prepare(node.spec, *given, **node.attributes)
+    return (x,), lambda x: [launch(x)]
+
+
+def _pool(prepare, node: _Node, inputs):
+    """MaxPool: X in; Y, and Indices where the node asks for them, out."""
+    x, launch = prepare(node.spec, _input(node.spec, inputs, 0), **node.attributes,
+                        return_indices=node.return_indices)
+    if node.return_indices:
+        return (x,), lambda x: list(launch(x))
+    return (x,), lambda x: [launch(x)[0]]
+
+
+def _unpool(prepare, node: _Node, inputs):
+    """MaxUnpool: X, I and the optional output_shape in; the output out."""
+    output_shape = inputs[2] if len(inputs) > 2 else None
+    x, indices, launch = prepare(
+        node.spec, _input(node.spec, inputs, 0), _input(node.spec, inputs, 1), **node.attributes,
+        output_shape=output_shape, inferred_shape_indices=node.inferred_shape_indices)
+    return (x, indices), lambda x, indices: [launch(x, indices)]
+
+
+class _Op(NamedTuple):
+    """How the nodes of one op run."""
+
+    call: Callable  # how a node calls ``prepare``: which inputs go in, which outputs come out
+    prepare: Callable  # the op's checks: (version row, inputs, attributes) -> (inputs, launch)
+    kinds: tuple[str, ...]  # per input, how it keys the kept launches (_DATA or _SHAPE)
+
+
+_X = (_DATA,)  # X, the op's one input
+
+# (domain, op) -> how its nodes run.  The averaging family and MaxUnpool prepare either
+# domain (the version row says which layout); the nhwc MaxPool has its own.
+_OPS = {
+    (schema.AI_ONNX, "MaxPool"): _Op(_pool, max_pool.prepare, _X),
+    (schema.AI_ONNX, "MaxUnpool"): _Op(_unpool, max_unpool.prepare, (_DATA, _DATA, _SHAPE)),
+    (schema.AI_ONNX, "Col2Im"): _Op(_one_output, col2im.prepare, (_DATA, _SHAPE, _SHAPE)),
+    (schema.AI_ONNX, "AveragePool"): _Op(_one_output, averaging.prepare_average_pool, _X),
+    (schema.AI_ONNX, "LpPool"): _Op(_one_output, averaging.prepare_lp_pool, _X),
+    (schema.AI_ONNX, "GlobalMaxPool"): _Op(_one_output, averaging.prepare_global_pool, _X),
+    (schema.AI_ONNX, "GlobalAveragePool"): _Op(_one_output, averaging.prepare_global_pool, _X),
+    (schema.AI_ONNX, "GlobalLpPool"): _Op(_one_output, averaging.prepare_global_pool, _X),
+    (schema.NHWC, "MaxPool"): _Op(_pool, nhwc.prepare_max_pool, _X),
+    (schema.NHWC, "MaxUnpool"): _Op(_unpool, max_unpool.prepare, (_DATA, _DATA, _SHAPE)),
+    (schema.NHWC, "AveragePool"): _Op(_one_output, averaging.prepare_average_pool, _X),
+    (schema.NHWC, "LpPool"): _Op(_one_output, averaging.prepare_lp_pool, _X),
+    (schema.NHWC, "GlobalMaxPool"): _Op(_one_output, averaging.prepare_global_pool, _X),
+    (schema.NHWC, "GlobalAveragePool"): _Op(_one_output, averaging.prepare_global_pool, _X),
+    (schema.NHWC, "GlobalLpPool"): _Op(_one_output, averaging.prepare_global_pool, _X),
 }
-
-# The averaging family: one output, X the only input, every attribute a keyword.
-_AVERAGING = ("AveragePool", "LpPool", "GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool")
-
 
 
 def implements(domain: str, op_type: str) -> bool:
-    return (domain, op_type) in _FUNCTIONS
+    return (domain, op_type) in _OPS
 
 
 def attributes_of(node: onnx.NodeProto) -> dict:
@@ -83,40 +138,15 @@ def bind(domain: str, op_type: str, opset: int, attributes: dict, outputs: Seque
         raise PoolfoldError(
             f"{spec.label}: the node has {input_count} inputs; this op takes at most {most}"
         )
-    wanted = [bool(name) for name in outputs]
-    kwargs = dict(attributes)
-    if op_type in _AVERAGING:
-        return _averaging_call(spec, wanted, kwargs)
-    kernel_shape = kwargs.pop("kernel_shape", None)
-    if domain == schema.NHWC:  # fused activations and channels-last layout: checked per call
-        return _unprepared(spec, op_type, wanted, kernel_shape, kwargs, inferred_shape_indices)
-    if op_type == "MaxPool":
-        return_indices = _index_request(spec, wanted)
-
-        def prepare_pool(inputs):
-            x, launch = max_pool.prepare(spec, _input(spec, inputs, 0, "X"), kernel_shape,
-                                         **kwargs, return_indices=return_indices)
-            return (x,), lambda x: _pool_outputs(launch(x), return_indices)
-
-        return _Prepared(prepare_pool, (_DATA,))
-    if op_type == "MaxUnpool":
-        def prepare_unpool(inputs):
-            output_shape = inputs[2] if len(inputs) > 2 else None
-            x, indices, launch = max_unpool.prepare(
-                spec, _input(spec, inputs, 0, "X"), _input(spec, inputs, 1, "I"), kernel_shape,
-                **kwargs, output_shape=output_shape,
-                inferred_shape_indices=inferred_shape_indices)
-            return (x, indices), lambda x, indices: [launch(x, indices)]
-
-        return _Prepared(prepare_unpool, (_DATA, _DATA, _SHAPE))
-
-    def prepare_fold(inputs):  # Col2Im
-        x, launch = col2im.prepare(spec, _input(spec, inputs, 0, "input"),
-                                   _input(spec, inputs, 1, "image_shape"),
-                                   _input(spec, inputs, 2, "block_shape"), **kwargs)
-        return (x,), lambda x: [launch(x)]
-
-    return _Prepared(prepare_fold, (_DATA, _SHAPE, _SHAPE))
+    if len(outputs) > len(spec.outputs):
+        raise PoolfoldError(
+            f"{spec.label}: the node has {len(outputs)} outputs; this version has "
+            f"{len(spec.outputs)} ({', '.join(spec.outputs)})"
+        )
+    node = _Node(spec, dict(attributes), len(outputs) > 1 and bool(outputs[1]),
+                 inferred_shape_indices)
+    op = _OPS[(domain, op_type)]
+    return _Prepared(functools.partial(op.call, op.prepare, node), op.kinds)
 
 
 def output_shapes(domain: str, op_type: str, opset: int, attributes: dict,
@@ -154,63 +184,6 @@ def output_shapes(domain: str, op_type: str, opset: int, attributes: dict,
     if image_shape is None:
         return [None]
     return [(data[0], None) + tuple(int(n) for n in image_shape)]
-
-
-def _averaging_call(spec, wanted: list[bool], kwargs: dict):
-    """A node of the averaging family as one functional call per run (its checks are a small
-    part of these ops' cost)."""
-    if len(wanted) > 1:
-        raise PoolfoldError(f"{spec.label}: the node has {len(wanted)} outputs; this op has one (Y)")
-    function = _FUNCTIONS[(spec.domain, spec.op)]
-    if "kernel_shape" in kwargs:
-        kernel_shape = kwargs.pop("kernel_shape")
-        return lambda inputs: [function(_input(spec, inputs, 0, "X"), kernel_shape, **kwargs,
-                                        opset=spec.version)]
-    return lambda inputs: [function(_input(spec, inputs, 0, "X"), **kwargs, opset=spec.version)]
-
-
-def _index_request(spec, wanted: list[bool]) -> bool:
-    """Whether a MaxPool node asks for Indices (its outputs checked against the version)."""
-    if len(wanted) > len(spec.outputs):
-        raise PoolfoldError(
-            f"{spec.label}: the node has {len(wanted)} outputs; this version has "
-            f"{len(spec.outputs)} ({', '.join(spec.outputs)})"
-        )
-    return len(wanted) > 1 and wanted[1]
-
-
-def _pool_outputs(result, return_indices: bool) -> list:
-    y, indices = result
-    return [y, indices] if return_indices else [y]
-
-
-def _unprepared(spec, op_type, wanted, kernel_shape, kwargs, inferred_shape_indices):
-    """The node as one functional call per run (the nhwc ops)."""
-    function = _FUNCTIONS[(spec.domain, op_type)]
-    if op_type == "MaxPool":
-        return_indices = _index_request(spec, wanted)
-
-        def max_pool_call(inputs):
-            result = function(_input(spec, inputs, 0, "X"), kernel_shape, **kwargs,
-                              return_indices=return_indices, opset=spec.version)
-            return list(result) if return_indices else [result]
-
-        return max_pool_call
-
-    def max_unpool_call(inputs):
-        output_shape = inputs[2] if len(inputs) > 2 else None
-        return [function(_input(spec, inputs, 0, "X"), _input(spec, inputs, 1, "I"),
-                         kernel_shape, **kwargs, output_shape=output_shape, opset=spec.version,
-                         inferred_shape_indices=inferred_shape_indices)]
-
-    return max_unpool_call
-
-
-# How an input keys a node's prepared launches: a data input by its shape and type (the
-# checks depend on nothing else), a shape input (output_shape, image_shape, block_shape) by
-# its values as well.
-_DATA, _SHAPE = "data", "shape"
-_PREPARED_SHAPES = 8  # launches a node keeps: a model meets few shapes per node
 
 
 class _Prepared:
@@ -260,7 +233,8 @@ def _call_key(inputs: Sequence, kinds) -> tuple | None:
     return tuple(key)
 
 
-def _input(spec, inputs, position, name):
+def _input(spec, inputs, position):
+    """A call's input at ``position``, which the node must give (an omitted one is None)."""
     if len(inputs) <= position or inputs[position] is None:
-        raise PoolfoldError(f"{spec.label}: input '{name}' is missing")
+        raise PoolfoldError(f"{spec.label}: input '{spec.inputs[position]}' is missing")
     return inputs[position]

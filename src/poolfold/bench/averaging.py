@@ -24,8 +24,8 @@ import numpy as np
 
 import poolfold
 
-from .matrix import _data, _symmetric_padding, _to_nchw, case_workloads
-from .workloads import FLOAT32, OnnxNode, Runner, Workload
+from .matrix import case_data, case_workloads, symmetric_padding
+from .workloads import FLOAT32, OnnxNode, Runner, Workload, to_nchw
 
 AVERAGE, LP = "AveragePool", "LpPool"
 GLOBAL_AVERAGE, GLOBAL_MAX, GLOBAL_LP = "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"
@@ -184,7 +184,7 @@ def _torch(case: Case):
             kind = "avg" if case.op == GLOBAL_AVERAGE else "max"
             return getattr(F, f"adaptive_{kind}_pool{case.rank}d")(x, 1)
     else:
-        padding = _symmetric_padding(case)
+        padding = symmetric_padding(case)
         if padding is None or any(d != 1 for d in case.dilations or ()):
             return None
         if any(2 * p > k for p, k in zip(padding, case.kernel)):  # PyTorch refuses such pads
@@ -218,7 +218,7 @@ def _scipy(case: Case):
             or case.dtype not in ("float32", "float64") or case.dilations
             or any(k % 2 == 0 for k in case.kernel)
             or any(s != 1 for s in case.strides or ())
-            or _symmetric_padding(case) != [(k - 1) // 2 for k in case.kernel]):
+            or symmetric_padding(case) != [(k - 1) // 2 for k in case.kernel]):
         return None
 
     def build(feeds: dict) -> Runner:
@@ -262,10 +262,10 @@ def _workload(case: Case) -> Workload:
         extras[FLOAT32] = _float32(case, function, attributes)
     return Workload(
         case.key, _title(case),
-        inputs=lambda: {"X": _data(case)},
+        inputs=lambda: {"X": case_data(case)},
         poolfold=lambda d: function(d["X"], **attributes),
         node=node,
-        node_feeds=_to_nchw if case.channels_last else (lambda feeds: feeds),
+        node_feeds=to_nchw if case.channels_last else (lambda feeds: feeds),
         torch=_torch(case),
         scipy=_scipy(case),
         reference=False,

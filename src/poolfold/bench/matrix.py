@@ -19,7 +19,7 @@ import numpy as np
 
 import poolfold
 
-from .workloads import OnnxNode, Runner, Workload, normal
+from .workloads import OnnxNode, Runner, Workload, normal, to_nchw
 
 # onnxruntime's CPU provider registers MaxPool up to version 12 for these types.
 ONNXRUNTIME_TYPES = ("float32", "float16", "float64", "int8", "uint8")
@@ -129,7 +129,7 @@ def tiny_shape(shape: tuple, extents: tuple, strides: tuple | None) -> tuple:
         for n, e, s in zip(shape[2:], extents, strides))
 
 
-def _data(case: Case) -> np.ndarray:
+def case_data(case: Case) -> np.ndarray:
     shape = case.shape
     if case.channels_last:
         shape = (shape[0],) + shape[2:] + (shape[1],)
@@ -141,12 +141,7 @@ def _data(case: Case) -> np.ndarray:
     return normal(shape, dtype)
 
 
-def _to_nchw(feeds: dict) -> dict:
-    x = feeds["X"]
-    return {"X": np.ascontiguousarray(np.moveaxis(x, -1, 1))}
-
-
-def _symmetric_padding(case: Case) -> list[int] | None:
+def symmetric_padding(case: Case) -> list[int] | None:
     """PyTorch's padding (one per axis, both sides), where the case has such pads."""
     r = case.rank
     if case.auto_pad == "SAME_UPPER":
@@ -162,7 +157,7 @@ def _symmetric_padding(case: Case) -> list[int] | None:
 
 
 def _torch(case: Case):
-    padding = _symmetric_padding(case)
+    padding = symmetric_padding(case)
     if padding is None or case.rank > 3 or case.dtype in ("int8", "uint8"):
         return None
     if any(2 * p > k for p, k in zip(padding, case.kernel)):  # PyTorch refuses such pads
@@ -221,10 +216,10 @@ def _workload(case: Case) -> Workload:
                         ("Y", "Indices") if case.indices else ("Y",), 12)
     return Workload(
         case.key, title,
-        inputs=lambda: {"X": _data(case)},
+        inputs=lambda: {"X": case_data(case)},
         poolfold=lambda d: function(d["X"], **attributes, return_indices=case.indices),
         node=node,
-        node_feeds=_to_nchw if case.channels_last else (lambda feeds: feeds),
+        node_feeds=to_nchw if case.channels_last else (lambda feeds: feeds),
         torch=_torch(case),
         scipy=_scipy(case) if not case.channels_last else None,
         reference=False,

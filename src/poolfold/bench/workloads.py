@@ -87,8 +87,9 @@ def normal(shape, dtype=np.float32) -> np.ndarray:
     return np.random.default_rng(0).standard_normal(shape, np.float32).astype(dtype, copy=False)
 
 
-def _to_nchw(feeds: dict) -> dict:
-    return {"X": np.ascontiguousarray(feeds["X"].transpose(0, 3, 1, 2))}
+def to_nchw(feeds: dict) -> dict:
+    """A channels-last feed ``X`` as the channels-first array the NCHW peers take."""
+    return {"X": np.ascontiguousarray(np.moveaxis(feeds["X"], -1, 1))}
 
 
 def _tensor(array: np.ndarray):
@@ -211,7 +212,7 @@ WORKLOADS: tuple[Workload, ...] = (
         inputs=lambda: {"X": normal((8, 112, 112, 64))},
         poolfold=lambda d: poolfold.nhwc.max_pool(d["X"], **POOL_2D),
         node=NODE_POOL_2D,
-        node_feeds=_to_nchw,
+        node_feeds=to_nchw,
         reference=False,
         extras={NCHW: lambda d: lambda: poolfold.max_pool(d["X"], **POOL_2D)},
     ),

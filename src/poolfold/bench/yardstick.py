@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..kernels import launch_split
+from ..kernels.threads import launch_split
 
 
 @njit(cache=True, nogil=True)

@@ -10,16 +10,15 @@ from itertools import product
 import dask.array as da
 import numpy as np
 from dask.highlevelgraph import HighLevelGraph
-from dask.base import tokenize  # noqa: F401  (the op modules name their layers with it)
 
-from ..errors import PoolfoldError, PoolfoldTypeError
-from ..ops._common import byte_swapped, check_rank
+from ..errors import PoolfoldError
+from ..ops._common import check_tensor, native, not_convertible
 from ..schema import OpVersion
 
 
 def as_dask(spec: OpVersion, value, name: str, min_rank: int = 3) -> da.Array:
     """``value`` as a dask array of a type the version accepts, of rank >= ``min_rank``: the
-    checks and messages of the in-memory ops' ``as_tensor``, made on dtype and shape only."""
+    in-memory ops' checks and messages (:func:`poolfold.ops._common.check_tensor`)."""
     if not isinstance(value, da.Array):
         try:
             stored = getattr(value, "chunks", None)  # zarr, h5py: keep the stored chunks
@@ -29,19 +28,14 @@ def as_dask(spec: OpVersion, value, name: str, min_rank: int = 3) -> da.Array:
             else:
                 value = da.asarray(value)
         except (ValueError, TypeError, NotImplementedError) as error:
-            raise PoolfoldTypeError(
-                f"{spec.label}: input '{name}' is not convertible to an array: {error}"
-            ) from None
-    spec.check_type(value.dtype, name)
-    if byte_swapped(value.dtype):
-        value = value.astype(value.dtype.newbyteorder("="))  # kernels read native values
-    check_rank(spec, value.shape, name, min_rank)
+            raise not_convertible(spec, name, error) from None
+    check_tensor(spec, value.dtype, value.shape, name, min_rank)
     if any(np.isnan(n) for n in value.shape):
         raise PoolfoldError(
             f"{spec.label}: input '{name}' has unknown chunk sizes {value.chunks}; "
             "call compute_chunk_sizes() first"
         )
-    return value
+    return native(value)
 
 
 def bounds(chunks: tuple[int, ...]) -> np.ndarray:

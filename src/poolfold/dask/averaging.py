@@ -39,26 +39,21 @@ from itertools import product
 
 import dask.array as da
 import numpy as np
+from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from .. import dtypes
 from ..geometry import WindowPlan
-from ..kernels import launch
+from ..kernels.threads import launch
 from ..kernels.activation import IDENTITY, activate_in_place
 from ..memory import check_size
 from ..ops.averaging import channel_block_for, pool_global, pool_windows, running_sum_axes
+from ..ops.layout import axes
 from . import _graph
 from .pool import output_ranges
 
 # Partial results of GlobalMaxPool combined per task (the tree's fan-in).
 COMBINE_FAN_IN = 8
-
-
-def _axes(ndim: int, channels_last: bool):
-    """The N axis, the C axis and the spatial axes of an array of rank ``ndim``."""
-    if channels_last:
-        return 0, ndim - 1, list(range(1, ndim - 1))
-    return 0, 1, list(range(2, ndim))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,7 +101,7 @@ def pool_windows_chunked(spec, x: da.Array, plan: WindowPlan, kind: str,
     """The chunked AveragePool (``kind`` "average") or LpPool ("lp") of a checked dask array
     ``x`` (NCHW, or channels-last)."""
     ndim = x.ndim
-    n_axis, c_axis, spatial_axes = _axes(ndim, channels_last)
+    n_axis, c_axis, spatial_axes = axes(ndim, channels_last)
     spatial = plan.in_shape
     running = running_sum_axes(plan, x.dtype, kind, p,
                                not channels_last or x.shape[c_axis] == 1)
@@ -145,8 +140,7 @@ def pool_windows_chunked(spec, x: da.Array, plan: WindowPlan, kind: str,
     biggest = (max(n_chunks), max(c_chunks)) + tuple(max(c) for c in out_spatial_chunks)
     check_size(spec.label, "Y", biggest, x.dtype)
     tasks = {}
-    token = _graph.tokenize(x.name, plan, kind, count_include_pad, p, channels_last, act,
-                            spec.label)
+    token = tokenize(x.name, plan, kind, count_include_pad, p, channels_last, act, spec.label)
     for bn, bc in np.ndindex(len(n_chunks), len(c_chunks)):
         for combo_index in np.ndindex(*[len(e) for e in per_axis]):
             combo = [per_axis[a][j] for a, j in enumerate(combo_index)]
@@ -179,7 +173,7 @@ def pool_global_chunked(spec, x: da.Array, kind: str, p: float = 2.0,
     """The chunked GlobalMaxPool ("max"), GlobalAveragePool ("average") or GlobalLpPool
     ("lp") of a checked dask array ``x``."""
     ndim = x.ndim
-    n_axis, c_axis, spatial_axes = _axes(ndim, channels_last)
+    n_axis, c_axis, spatial_axes = axes(ndim, channels_last)
     biggest = tuple(max(x.chunks[axis]) if axis in (n_axis, c_axis) else 1
                     for axis in range(ndim))
     check_size(spec.label, "Y", biggest, x.dtype)
@@ -193,7 +187,7 @@ def pool_global_chunked(spec, x: da.Array, kind: str, p: float = 2.0,
         rechunk[c_axis] = _no_single_channel(x.chunks[c_axis])
     x = x.rechunk(rechunk)
     chunks = tuple((1,) if axis in spatial_axes else x.chunks[axis] for axis in range(ndim))
-    name = f"global-{kind}-pool-" + _graph.tokenize(x.name, kind, p, channels_last, spec.label)
+    name = f"global-{kind}-pool-" + tokenize(x.name, kind, p, channels_last, spec.label)
     return da.map_blocks(_global_block, x, spec.label, channels_last, kind, p, chunks=chunks,
                          dtype=x.dtype, meta=_graph.meta(ndim, x.dtype), name=name)
 
@@ -259,9 +253,9 @@ def _max_combine(partials, out_shape=None):
 def _global_max(spec, x: da.Array, channels_last: bool) -> da.Array:
     """GlobalMaxPool without rechunking: a winner per chunk and plane, combined by a tree."""
     ndim = x.ndim
-    n_axis, c_axis, spatial_axes = _axes(ndim, channels_last)
+    n_axis, c_axis, spatial_axes = axes(ndim, channels_last)
     spatial = tuple(x.shape[axis] for axis in spatial_axes)
-    token = _graph.tokenize(x.name, channels_last, spec.label)
+    token = tokenize(x.name, channels_last, spec.label)
     layers, dependencies = {}, {}
     partial_name = f"global-max-pool-partial-{token}"
     partial = {}

@@ -20,15 +20,16 @@ import math
 
 import dask.array as da
 import numpy as np
+from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from .. import dtypes, schema
 from ..errors import PoolfoldError
 from ..geometry import WindowPlan
-from ..kernels import launch
+from ..kernels.threads import launch
 from ..kernels.fold import fold, fold_tables
 from ..memory import check_size
-from ..ops.col2im import _fold_strings, _identity, fold_plan
+from ..ops.col2im import fold_identity, fold_plan, fold_strings
 from ..ops.col2im import col2im as col2im_in_memory
 from . import _graph
 
@@ -85,7 +86,7 @@ def _fold_step(accumulator, x, l0, plan, image_planes, block_size):
         return accumulator
     for start, size in reversed(grid_boxes(l0, l0 + x.shape[2], plan.out_shape)):
         launch(fold, _box_columns(columns, l0, start, size, plan.out_shape), accumulator,
-               *fold_tables(box_plan(plan, start, size)), _identity(x.dtype), True,
+               *fold_tables(box_plan(plan, start, size)), fold_identity(x.dtype), True,
                np.empty((planes, 2 * plan.rank), np.int64), 0, planes)
     return accumulator
 
@@ -103,7 +104,7 @@ def _strings_part(x, l0, spec, plan, out_shape):
     columns = x.reshape(planes, block_size, x.shape[2])
     for start, size in grid_boxes(l0, l0 + x.shape[2], plan.out_shape):
         box = columns[:, :, int(np.ravel_multi_index(start, plan.out_shape)) - l0:][:, :, :math.prod(size)]
-        folded = _fold_strings(spec, box.reshape(out_shape[0], -1, box.shape[2]),
+        folded = fold_strings(spec, box.reshape(out_shape[0], -1, box.shape[2]),
                                box_plan(plan, start, size), out_shape)
         part = part + folded.reshape(planes, -1).astype(object)
     return part
@@ -150,7 +151,7 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
     check_size(spec.label, "output", (max(n_chunks), max(channel_chunks)) + image,
                object if string else accumulator)
     l_edges = _graph.bounds(l_chunks)
-    token = _graph.tokenize(x.name, image, block, attributes, spec.label)
+    token = tokenize(x.name, image, block, attributes, spec.label)
     step_name, name = f"col2im-step-{token}", f"col2im-{token}"
     steps, finals = {}, {}
     out_dtype = np.dtype(x.dtype.kind) if x.dtype.kind in "US" else x.dtype

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from .. import activations, schema
 from ..ops.averaging import check_p, resolve_count_include_pad
+from ..ops.layout import nchw_order
 from ..ops.max_pool import check_index_request, resolve_plan
-from ..ops.nhwc import _nchw_shape
 from . import _graph
 from .averaging import pool_global_chunked, pool_windows_chunked
 from .pool import pool
@@ -34,7 +34,7 @@ def max_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None, auto_p
     storage_order = check_index_request(spec, storage_order, return_indices)
     x = _graph.as_dask(spec, x, "X")
     act = activations.resolve(spec, activation, activation_params, x.dtype)
-    plan = resolve_plan(spec, _nchw_shape(x.shape), kernel_shape, strides, pads, dilations,
+    plan = resolve_plan(spec, nchw_order(x.shape), kernel_shape, strides, pads, dilations,
                         auto_pad, ceil_mode)
     y, indices = pool(spec, x, plan, return_indices, storage_order, channels_last=True, act=act)
     return (y, indices) if return_indices else y
@@ -61,7 +61,7 @@ def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
     x = _graph.as_dask(spec, x, "X")
     act = activations.resolve(spec, activation, activation_params, x.dtype)
     count_include_pad = resolve_count_include_pad(spec, count_include_pad)
-    plan = resolve_plan(spec, _nchw_shape(x.shape), kernel_shape, strides, pads, dilations,
+    plan = resolve_plan(spec, nchw_order(x.shape), kernel_shape, strides, pads, dilations,
                         auto_pad, ceil_mode)
     return pool_windows_chunked(spec, x, plan, "average", count_include_pad,
                                 channels_last=True, act=act)
@@ -73,7 +73,7 @@ def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
     spec = schema.resolve("LpPool", opset, schema.NHWC)
     p = check_p(spec, p)
     x = _graph.as_dask(spec, x, "X")
-    plan = resolve_plan(spec, _nchw_shape(x.shape), kernel_shape, strides, pads, dilations,
+    plan = resolve_plan(spec, nchw_order(x.shape), kernel_shape, strides, pads, dilations,
                         auto_pad, ceil_mode)
     return pool_windows_chunked(spec, x, plan, "lp", p=p, channels_last=True)
 

@@ -17,16 +17,17 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from dask.base import tokenize
 
 from .. import dtypes
 from ..geometry import WindowPlan
-from ..kernels import launch
+from ..kernels.threads import launch
 from ..kernels.activation import IDENTITY, activate_in_place
 from ..kernels.channels_last import nchw_indices
 from ..kernels.renumber import renumber
 from ..memory import allocate, check_size
+from ..ops.layout import axes, channels_last_order, nchw_order, with_channels
 from ..ops.max_pool import pool_planes
-from ..ops.nhwc import _with_channels
 from . import _graph
 
 
@@ -92,12 +93,14 @@ def _pool_block(arrays, placements, block_shape, dtype, label, plan, return_indi
         nb, cb = x.shape[:2]
     out_spatial = plan.out_shape
     if min(plan.in_shape) == 0:  # every window of this chunk lies in the padding
-        y_shape = (nb,) + out_spatial + (cb,) if channels_last else (nb, cb) + out_spatial
+        y_shape = (nb, cb) + out_spatial
+        if channels_last:
+            y_shape = channels_last_order(y_shape)
         y = np.full(y_shape, dtypes.lowest(dtype), dtype)
         local = np.full((nb, cb) + out_spatial, -1, np.int64) if return_indices else None
     elif channels_last:  # as poolfold.nhwc.max_pool: planes of rank r + 1, C a window of one
         y, recorded = pool_planes(label, x.reshape((nb, 1) + x.shape[1:]),
-                                  _with_channels(plan, cb), return_indices, 0)
+                                  with_channels(plan, cb), return_indices, 0)
         y = y.reshape((nb,) + out_spatial + (cb,))
         local = None
         if return_indices:
@@ -122,10 +125,7 @@ def pool(spec, x, plan: WindowPlan, return_indices: bool, storage_order: int,
     """The chunked MaxPool of a checked dask array ``x`` (NCHW, or channels-last): Y, and
     Indices or None."""
     ndim = x.ndim
-    if channels_last:
-        n_axis, c_axis, spatial_axes = 0, ndim - 1, list(range(1, ndim - 1))
-    else:
-        n_axis, c_axis, spatial_axes = 0, 1, list(range(2, ndim))
+    n_axis, c_axis, spatial_axes = axes(ndim, channels_last)
     spatial = plan.in_shape
     channels = x.shape[c_axis]
     per_axis = []  # per spatial axis: [(o0, o1, lo, hi, pieces)]
@@ -151,8 +151,8 @@ def pool(spec, x, plan: WindowPlan, return_indices: bool, storage_order: int,
         check_size(spec.label, "Indices", biggest, np.int64)
     n_edges, c_edges = _graph.bounds(n_chunks), _graph.bounds(c_chunks)
     tasks = {}
-    token = _graph.tokenize(x.name, plan, return_indices, storage_order, channels_last,
-                            act, spec.label)
+    token = tokenize(x.name, plan, return_indices, storage_order, channels_last, act,
+                     spec.label)
     for bn, bc in np.ndindex(len(n_chunks), len(c_chunks)):
         for combo_index in np.ndindex(*[len(e) for e in per_axis]):
             combo = [per_axis[a][j] for a, j in enumerate(combo_index)]
@@ -161,19 +161,18 @@ def pool(spec, x, plan: WindowPlan, return_indices: bool, storage_order: int,
                 x.name, n_axis, c_axis, (bn, n_chunks[bn]), (bc, c_chunks[bc]), spatial_axes,
                 [(e[2], e[3], e[4]) for e in combo], ndim)
             origin = tuple(e[2] for e in combo)
-            block = (bn,) + combo_index + (bc,) if channels_last else (bn, bc) + combo_index
+            block = (bn, bc) + combo_index
+            if channels_last:
+                block = channels_last_order(block)
             tasks[block] = (_pool_block, keys, placements, block_shape, x.dtype, spec.label, sub,
                             return_indices, storage_order, channels_last, act, origin, spatial,
                             (int(n_edges[bn]), int(c_edges[bc])), channels)
-    if channels_last:
-        y_chunks = (n_chunks,) + out_spatial_chunks + (c_chunks,)
-    else:
-        y_chunks = (n_chunks, c_chunks) + out_spatial_chunks
     i_chunks = (n_chunks, c_chunks) + out_spatial_chunks
+    y_chunks = channels_last_order(i_chunks) if channels_last else i_chunks
     outputs = [(y_chunks, _graph.meta(ndim, x.dtype), None)]
     if return_indices:
         # Indices are NCHW-shaped: a channels-last block (n, spatial..., c) is (n, c, spatial...).
-        nchw = (lambda block: (block[0], block[-1]) + block[1:-1]) if channels_last else None
-        outputs.append((i_chunks, _graph.meta(ndim, np.int64), nchw))
+        outputs.append((i_chunks, _graph.meta(ndim, np.int64),
+                        nchw_order if channels_last else None))
     arrays = _graph.arrays_from_tasks("max-pool", tasks, [x], outputs, token)
     return (arrays[0], arrays[1]) if return_indices else (arrays[0], None)

@@ -15,16 +15,18 @@ import math
 
 import dask.array as da
 import numpy as np
+from dask.base import tokenize
 from dask.highlevelgraph import HighLevelGraph
 
 from .. import activations, dtypes
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, unpooled_shape
-from ..kernels import launch
+from ..kernels.threads import launch
 from ..kernels.activation import IDENTITY, activate_in_place
 from ..memory import check_size
 from ..geometry import row_major_strides
-from ..ops.max_unpool import _output_shape
+from ..ops.layout import channels_last_order, nchw_order
+from ..ops.max_unpool import resolve_output_shape
 from . import _graph
 
 
@@ -253,8 +255,7 @@ def unpool(spec, x, indices, kernel_shape, strides, pads, output_shape, inferred
            channels_last=False, act=activations.NONE):
     """The chunked MaxUnpool of a checked dask array ``x``: the output dask array."""
     if channels_last:
-        nchw_shape = (x.shape[0], x.shape[-1]) + x.shape[1:-1]
-        nchw_chunks = (x.chunks[0], x.chunks[-1]) + x.chunks[1:-1]
+        nchw_shape, nchw_chunks = nchw_order(x.shape), nchw_order(x.chunks)
     else:
         nchw_shape, nchw_chunks = x.shape, x.chunks
     indices = _indices_array(spec, indices, nchw_shape)
@@ -266,7 +267,7 @@ def unpool(spec, x, indices, kernel_shape, strides, pads, output_shape, inferred
         out_shape = tuple(nchw_shape[:2]) + unpooled_shape(spec.label, spatial, attributes)
         pad_begin = attributes.pads[:rank]
     else:
-        out_shape = _output_shape(spec, nchw_shape, output_shape)
+        out_shape = resolve_output_shape(spec, nchw_shape, output_shape)
         pad_begin = (0,) * rank  # pads are ignored with output_shape
     indices = indices.rechunk(nchw_chunks)
     given = inferred = None
@@ -277,8 +278,8 @@ def unpool(spec, x, indices, kernel_shape, strides, pads, output_shape, inferred
     layout = _Layout(nchw_chunks, out_shape, attributes.strides, attributes.kernel, pad_begin)
     biggest = tuple(max(c) for c in layout.out_chunks)
     check_size(spec.label, "output", biggest, x.dtype)
-    token = _graph.tokenize(x.name, indices.name, out_shape, attributes, channels_last, act,
-                            spec.label)
+    token = tokenize(x.name, indices.name, out_shape, attributes, channels_last, act,
+                     spec.label)
     route_name, scan_name = f"max-unpool-route-{token}", f"max-unpool-scan-{token}"
     check_name, out_name = f"max-unpool-check-{token}", f"max-unpool-{token}"
     # The layout goes into the graph once, and every task names it by key.
@@ -287,7 +288,7 @@ def unpool(spec, x, indices, kernel_shape, strides, pads, output_shape, inferred
     routes, scans, writes = {}, {}, {}
     reached: dict[tuple, list] = {}
     for block in np.ndindex(*[len(c) for c in nchw_chunks]):
-        x_block = (block[0],) + block[2:] + (block[1],) if channels_last else block
+        x_block = channels_last_order(block) if channels_last else block
         x_key, i_key = (x.name,) + x_block, (indices.name,) + block
         routes[(route_name,) + block] = (_route, x_key, i_key, layout_key, block, channels_last)
         scans[(scan_name,) + block] = (_scan, x_key, i_key, layout_key, block, channels_last,
@@ -298,7 +299,7 @@ def unpool(spec, x, indices, kernel_shape, strides, pads, output_shape, inferred
     check = {(check_name,): (_check, list(scans), spec.label, layout_key, x.dtype, inferred)}
     for block in np.ndindex(*layout.numblocks):
         flat = int(np.ravel_multi_index(block, layout.numblocks))
-        key = (block[0],) + block[2:] + (block[1],) if channels_last else block
+        key = channels_last_order(block) if channels_last else block
         writes[(out_name,) + key] = (_write, (check_name,), reached.get(flat, []), layout_key,
                                      block, x.dtype, channels_last, act)
     layers = {layout_name: {layout_key: layout}, route_name: routes, scan_name: scans,
@@ -312,5 +313,5 @@ def unpool(spec, x, indices, kernel_shape, strides, pads, output_shape, inferred
                                  *([given.dask] if given is not None else []))
     chunks = layout.out_chunks
     if channels_last:
-        chunks = (chunks[0],) + chunks[2:] + (chunks[1],)
+        chunks = channels_last_order(chunks)
     return da.Array(graph, out_name, chunks, meta=_graph.meta(len(chunks), x.dtype))

@@ -19,8 +19,9 @@ if that child ends without doing so, the lock is free again and this process tak
 ``POOLFOLD_BACKGROUND_COMPILE=0`` turns this off: the first call compiles the kernel in the
 process, as numba does by itself.  :func:`wait` waits for the children (tests, benchmarks).
 
-Peeking at numba's cache without loading it uses numba's cache internals; anything there
-that is not as expected makes :func:`ready` say yes, which is numba's own behaviour.
+Peeking at numba's cache without loading it uses numba's cache internals, all in
+:func:`_cached`; anything there that is not as expected makes :func:`ready` say yes, which is
+numba's own behaviour.
 """
 
 from __future__ import annotations
@@ -194,9 +195,8 @@ def _lock_path(kernel, signature) -> str | None:
     """The signature's lock file, beside numba's cache of the kernel's module."""
     import hashlib
 
-    try:
-        directory = kernel._cache._cache_path
-    except AttributeError:
+    directory = kernel.stats.cache_path  # numba's public stats; None: no on-disk cache
+    if not directory:
         return None
     digest = hashlib.sha1(repr((_name(kernel), signature)).encode()).hexdigest()[:20]
     return os.path.join(directory, f"poolfold-compile-{digest}.lock")
@@ -243,7 +243,7 @@ def _start(job: _Job) -> subprocess.Popen | None:
         process.stdin.close()
     except (OSError, ValueError):
         return None
-    from . import announce
+    from .notices import announce
 
     data = getattr(job.signature[0], "dtype", job.signature[0]) if job.signature else ""
     announce(f"poolfold: compiling the {job.kernel.py_func.__name__} kernel for {data} data in "
@@ -253,12 +253,18 @@ def _start(job: _Job) -> subprocess.Popen | None:
 
 def _cached(kernel, signature) -> bool:
     """Whether numba's on-disk cache holds ``signature`` of ``kernel``, for this machine and
-    this source (numba's own index lookup, without loading the code)."""
+    this source, without loading (and linking) the code.
+
+    numba has no public way to ask this, so this is its own index lookup, as in numba's
+    ``Cache.load_overload``: the dispatcher's private ``_cache``, ``Cache._index_key`` and
+    ``Cache._cache_file._load_index``, checked against numba 0.68.1.  Where any of them is
+    missing or behaves otherwise, every signature counts as cached: the call compiles it in
+    the process, as numba does on its own."""
     try:
         cache = kernel._cache
         key = cache._index_key(signature, kernel.targetctx.codegen())
         return cache._cache_file._load_index().get(key) is not None
-    except Exception:  # numba's internals changed: behave as numba does
+    except Exception:  # numba's internals changed, or the kernel has no cache
         return True
 
 

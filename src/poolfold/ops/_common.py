@@ -1,11 +1,13 @@
-"""Input checks shared by the ops."""
+"""Input checks shared by the ops, and the fused activation they apply."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
+from .. import activations, dtypes
 from ..errors import PoolfoldError, PoolfoldTypeError
+from ..kernels.activation import IDENTITY, activate_in_place
+from ..kernels.threads import launch_split
 from ..schema import OpVersion
 
 
@@ -20,22 +22,28 @@ def as_tensor(spec: OpVersion, value, name: str, min_rank: int = 3) -> np.ndarra
         try:
             value = np.asarray(value)
         except (ValueError, TypeError) as error:
-            raise PoolfoldTypeError(
-                f"{spec.label}: input '{name}' is not convertible to an array: {error}"
-            ) from None
-    accepted = (id(spec), value.dtype, name)
+            raise not_convertible(spec, name, error) from None
+    check_tensor(spec, value.dtype, value.shape, name, min_rank)
+    return native(value)
+
+
+def not_convertible(spec: OpVersion, name: str, error: Exception) -> PoolfoldTypeError:
+    """The error for an input that no array can be made of (in memory or chunked)."""
+    return PoolfoldTypeError(
+        f"{spec.label}: input '{name}' is not convertible to an array: {error}"
+    )
+
+
+def check_tensor(spec: OpVersion, dtype: np.dtype, shape: tuple, name: str,
+                 min_rank: int = 3) -> None:
+    """Refuse an input of a type the version does not accept, or of rank below ``min_rank``:
+    the checks of in-memory and chunked inputs alike, made on the dtype and shape only."""
+    accepted = (id(spec), dtype, name)
     if accepted not in _ACCEPTED_TYPES:
-        spec.check_type(value.dtype, name)  # raises for a type the version refuses
+        spec.check_type(dtype, name)  # raises for a type the version refuses
         if len(_ACCEPTED_TYPES) >= 1024:  # string widths are dtypes of their own: stay small
             _ACCEPTED_TYPES.clear()
         _ACCEPTED_TYPES[accepted] = spec  # holding the row keeps its id from being reused
-    value = native(value)
-    check_rank(spec, value.shape, name, min_rank)
-    return value
-
-
-def check_rank(spec: OpVersion, shape: tuple, name: str, min_rank: int = 3) -> None:
-    """Refuse an input of rank below ``min_rank``: in-memory and chunked inputs alike."""
     if len(shape) < min_rank:
         raise PoolfoldError(
             f"{spec.label}: input '{name}' must have rank >= {min_rank} "
@@ -48,9 +56,9 @@ def byte_swapped(dtype: np.dtype) -> bool:
     return dtype.byteorder not in "=|" and dtype.kind not in "OUS"
 
 
-def native(array: np.ndarray) -> np.ndarray:
-    """``array`` in the machine's byte order (kernels read native values): a copy only for
-    byte-swapped input."""
+def native(array):
+    """``array`` (an ndarray, or a dask array) in the machine's byte order (kernels read
+    native values): a copy only for byte-swapped input."""
     if byte_swapped(array.dtype):
         return array.astype(array.dtype.newbyteorder("="))
     return array
@@ -79,3 +87,11 @@ def int64_tensor(spec: OpVersion, value, name: str) -> np.ndarray:
             f"{spec.label}: input '{name}' must be int64, got {dtypes.name(array.dtype)}"
         )
     return array
+
+
+def activate(y: np.ndarray, act: activations.Activation) -> np.ndarray:
+    """``y`` with the nhwc domain's fused activation ``act`` applied, in place."""
+    if act.code != IDENTITY and y.size:
+        launch_split(activate_in_place, y.size, dtypes.bits_view(y).reshape(-1), act.code,
+                     act.params, act.table, work=y.size)
+    return y

@@ -20,15 +20,15 @@ import numpy as np
 from .. import activations, dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowPlan
-from ..kernels import kernel_threads, launch_split, split_parts
-from ..kernels.activation import IDENTITY, activate_in_place
+from ..kernels.threads import kernel_threads, launch_split, split_parts
 from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RUN_SUFFIX,
                                   ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
                                   global_max, term_marker, plane_sums, scaled_plane_sums,
                                   scaled_window_sums, window_sums,
                                   window_sums_direct)
 from ..memory import allocate, check_size, check_table
-from ._common import as_tensor, flag
+from ._common import activate, as_tensor, flag
+from .layout import channels_last_order, is_channels_last, nchw_order
 from .max_pool import resolve_plan
 
 # A float64 sum of |x| ** p for x of at most 4 bytes (float32's range: 1.4e-45 to 3.4e38)
@@ -58,13 +58,12 @@ def _layout(shape: tuple[int, ...], channels_last: bool) -> Layout:
 
 
 def _nchw(shape: tuple[int, ...], channels_last: bool) -> tuple[int, ...]:
-    return (shape[0], shape[-1]) + tuple(shape[1:-1]) if channels_last else tuple(shape)
+    return nchw_order(shape) if channels_last else tuple(shape)
 
 
 def _output_shape(shape, out_spatial, channels_last):
-    if channels_last:
-        return (shape[0],) + tuple(out_spatial) + (shape[-1],)
-    return tuple(shape[:2]) + tuple(out_spatial)
+    out_shape = _nchw(shape, channels_last)[:2] + tuple(out_spatial)
+    return channels_last_order(out_shape) if channels_last else out_shape
 
 
 def check_p(spec, p) -> float:
@@ -348,17 +347,33 @@ def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
     [[[0.5, 1.5, 2.5]]]
     """
     spec = schema.resolve("AveragePool", opset)
-    return _average(spec, x, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
-                    count_include_pad, channels_last=False)
+    x, launch = prepare_average_pool(spec, x, kernel_shape, strides=strides, pads=pads,
+                                     dilations=dilations, auto_pad=auto_pad,
+                                     ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+    return launch(x)
 
 
-def _average(spec, x, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
-             count_include_pad, channels_last):
-    count_include_pad = resolve_count_include_pad(spec, count_include_pad)
+def prepare_average_pool(spec, x, kernel_shape, *, strides=None, pads=None, dilations=None,
+                         auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, activation=None,
+                         activation_params=None):
+    """:func:`average_pool`'s checks, or for a ``spec`` of the nhwc domain the channels-last
+    AveragePool's (:func:`poolfold.nhwc.average_pool`, its fused activation included): X as
+    the kernels take it, and the launch that pools it, which serves any X of this shape and
+    type."""
+    channels_last = is_channels_last(spec)
+    # Each domain's order of the checks as released, so that an input with several faults
+    # meets the same error as before (and as in poolfold.dask): count_include_pad first in
+    # ai.onnx, after X and the activation in the nhwc domain.
+    if not channels_last:
+        count_include_pad = resolve_count_include_pad(spec, count_include_pad)
     x = as_tensor(spec, x, "X")
+    act = activations.resolve(spec, activation, activation_params, x.dtype)
+    if channels_last:
+        count_include_pad = resolve_count_include_pad(spec, count_include_pad)
     plan = resolve_plan(spec, _nchw(x.shape, channels_last), kernel_shape, strides, pads,
                         dilations, auto_pad, ceil_mode)
-    return pool_windows(spec.label, x, plan, channels_last, "average", count_include_pad)
+    return x, functools.partial(_windows_launch, spec.label, plan, channels_last,
+                                "average", count_include_pad, 2.0, act)
 
 
 def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
@@ -373,17 +388,29 @@ def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
     [[[5.0]]]
     """
     spec = schema.resolve("LpPool", opset)
-    return _lp(spec, x, kernel_shape, p, strides, pads, dilations, auto_pad, ceil_mode,
-               channels_last=False)
+    x, launch = prepare_lp_pool(spec, x, kernel_shape, p=p, strides=strides, pads=pads,
+                                dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode)
+    return launch(x)
 
 
-def _lp(spec, x, kernel_shape, p, strides, pads, dilations, auto_pad, ceil_mode,
-        channels_last):
+def prepare_lp_pool(spec, x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
+                    auto_pad="NOTSET", ceil_mode=0):
+    """:func:`lp_pool`'s checks (channels-last for a ``spec`` of the nhwc domain): X as the
+    kernels take it, and the launch that pools it, which serves any X of this shape and
+    type."""
+    channels_last = is_channels_last(spec)
     p = check_p(spec, p)
     x = as_tensor(spec, x, "X")
     plan = resolve_plan(spec, _nchw(x.shape, channels_last), kernel_shape, strides, pads,
                         dilations, auto_pad, ceil_mode)
-    return pool_windows(spec.label, x, plan, channels_last, "lp", p=p)
+    return x, functools.partial(_windows_launch, spec.label, plan, channels_last, "lp",
+                                0, p, activations.NONE)
+
+
+def _windows_launch(label, plan, channels_last, kind, count_include_pad, p, act, x):
+    """A prepared AveragePool's or LpPool's launch: Y of a checked X, the activation applied."""
+    return activate(pool_windows(label, x, plan, channels_last, kind, count_include_pad, p),
+                    act)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,52 +503,40 @@ def _whole_axis_plan(label: str, size: int) -> WindowPlan:
 def global_max_pool(x, *, opset=None):
     """ONNX GlobalMaxPool: the largest value of each ``(n, c)`` plane, Y of shape
     ``(N, C, 1, ..., 1)``; NaN propagates; an empty plane gives -inf."""
-    spec = schema.resolve("GlobalMaxPool", opset)
-    return pool_global(spec.label, as_tensor(spec, x, "X"), False, "max")
+    x, launch = prepare_global_pool(schema.resolve("GlobalMaxPool", opset), x)
+    return launch(x)
 
 
 def global_average_pool(x, *, opset=None):
     """ONNX GlobalAveragePool: the mean of each ``(n, c)`` plane, Y of shape
     ``(N, C, 1, ..., 1)``; an empty plane gives NaN."""
-    spec = schema.resolve("GlobalAveragePool", opset)
-    return pool_global(spec.label, as_tensor(spec, x, "X"), False, "average")
+    x, launch = prepare_global_pool(schema.resolve("GlobalAveragePool", opset), x)
+    return launch(x)
 
 
 def global_lp_pool(x, *, p=2, opset=None):
     """ONNX GlobalLpPool: ``(sum of |x| ** p) ** (1/p)`` over each ``(n, c)`` plane, Y of
     shape ``(N, C, 1, ..., 1)``; an empty plane gives 0."""
-    spec = schema.resolve("GlobalLpPool", opset)
-    p = check_p(spec, p)
-    return pool_global(spec.label, as_tensor(spec, x, "X"), False, "lp", p)
+    x, launch = prepare_global_pool(schema.resolve("GlobalLpPool", opset), x, p=p)
+    return launch(x)
 
 
-# ---------------------------------------------------------------------------------------------
-# channels-last (com.ms.internal.nhwc)
+# What each global pool reduces a plane by (see pool_global).
+GLOBAL_KINDS = {"GlobalMaxPool": "max", "GlobalAveragePool": "average", "GlobalLpPool": "lp"}
 
 
-def nhwc_average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
-                      auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, activation=None,
-                      activation_params=None, opset=None):
-    spec = schema.resolve("AveragePool", opset, schema.NHWC)
-    x = as_tensor(spec, x, "X")
-    act = activations.resolve(spec, activation, activation_params, x.dtype)
-    y = _average(spec, x, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
-                 count_include_pad, channels_last=True)
-    if act.code != IDENTITY and y.size:
-        launch_split(activate_in_place, y.size, dtypes.bits_view(y).reshape(-1), act.code,
-                     act.params, act.table, work=y.size)
-    return y
-
-
-def nhwc_lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
-                 auto_pad="NOTSET", ceil_mode=0, opset=None):
-    spec = schema.resolve("LpPool", opset, schema.NHWC)
-    return _lp(spec, x, kernel_shape, p, strides, pads, dilations, auto_pad, ceil_mode,
-               channels_last=True)
-
-
-def nhwc_global_pool(op: str, kind: str, x, opset, p=2.0):
-    spec = schema.resolve(op, opset, schema.NHWC)
+def prepare_global_pool(spec, x, *, p=2):
+    """The checks of the global pool ``spec`` names (channels-last in the nhwc domain; ``p``
+    GlobalLpPool's only): X as the kernels take it, and the launch that pools it, which
+    serves any X of this shape and type."""
+    kind = GLOBAL_KINDS[spec.op]
     if kind == "lp":
         p = check_p(spec, p)
-    return pool_global(spec.label, as_tensor(spec, x, "X"), True, kind, p)
+    x = as_tensor(spec, x, "X")
+    return x, functools.partial(_global_launch, spec.label, is_channels_last(spec), kind,
+                                p)
+
+
+def _global_launch(label, channels_last, kind, p, x):
+    """A prepared global pool's launch: Y of a checked X."""
+    return pool_global(label, x, channels_last, kind, p)

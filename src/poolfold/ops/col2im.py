@@ -10,7 +10,7 @@ import numpy as np
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, int_tuple, window_plan
-from ..kernels import kernel_threads, launch_split, split_parts
+from ..kernels.threads import kernel_threads, launch_split, split_parts
 from ..kernels.fold import fold, fold_tables
 from ..memory import allocate, check_size
 from ._common import as_tensor, int64_tensor
@@ -108,13 +108,13 @@ class FoldLaunch:
             check_size(spec.label, "output", out_shape, self.accumulator)
             # An output of no plane needs no tables (and an empty batch's may be huge).
             self.tables = fold_tables(plan) if self.planes else None
-            self.identity = _identity(dtype)
+            self.identity = fold_identity(dtype)
         self.block_size = math.prod(plan.kernel)
         self.parts = split_parts(self.planes, x_size + math.prod(out_shape), threads)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.strings:
-            return _fold_strings(self.spec, x, self.plan, self.out_shape)
+            return fold_strings(self.spec, x, self.plan, self.out_shape)
         out = allocate(self.spec.label, "output", self.out_shape, self.accumulator,
                        size_checked=True)
         planes = self.planes
@@ -135,13 +135,14 @@ class FoldLaunch:
 
 
 @functools.lru_cache(maxsize=64)
-def _identity(dtype: np.dtype):
+def fold_identity(dtype: np.dtype):
     """The additive identity as the scalar the fold kernel takes (one per dtype)."""
     return dtypes.value_view(dtypes.additive_identity(dtype))[()]
 
 
-def _fold_strings(spec, x, plan: WindowPlan, out_shape):
-    """Strings concatenate; numba has no string arrays, so this path is vectorised numpy:
+def fold_strings(spec, x, plan: WindowPlan, out_shape):
+    """The fold of a string tensor, in memory and per chunk (:mod:`poolfold.dask.fold`).
+    Strings concatenate; numba has no string arrays, so this path is vectorised numpy:
     one step per block, over every plane and block offset at once (offsets of one block land
     on distinct positions, so each step is a plain fancy-indexed concatenation)."""
     if x.dtype.kind == "O":

@@ -13,13 +13,13 @@ from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import (INEXACT, WindowAttributes, WindowPlan, exact_key, row_major_strides,
                         window_plan)
-from ..kernels import (PIECES_PER_THREAD, background, kernel_threads, launch_split,
-                       split_parts)
+from ..kernels import background
 from ..kernels.max_passes import (AXIS_ROWS, CHANNELS, COLUMN_MAJOR, ITEMS_PER_PLANE,
                                   LANE_CAPACITY, LANE_OUTPUTS, LANES, LAST_MODE,
                                   PLANES_PER_ITEM, ROWS_PER_ITEM, RUN_CAPACITY, SETUP_SIZE,
                                   SHIFTED, STAGE_CAPACITY, VAN_HERK, WORDS, max_passes)
 from ..kernels import max_rows as rows
+from ..kernels.threads import PIECES_PER_THREAD, kernel_threads, launch_split, split_parts
 from ..kernels.window_max import window_max, window_max_separable, window_max_tiles
 from ..kernels.words import has_words, word_type, words_view
 from ..memory import allocate, check_size, check_table

@@ -9,14 +9,16 @@ import numpy as np
 from .. import activations, dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, unpooled_shape
-from ..kernels import kernel_threads, launch, launch_split, split_parts
+from ..kernels.threads import kernel_threads, launch, launch_split, split_parts
 from ..kernels.scatter import first_out_of_range, scatter_ordered, scatter_planes
 from ..memory import allocate, check_size
 from ._common import as_tensor, int64_tensor
+from .layout import channels_last_order, is_channels_last, nchw_order
 
 
-def _output_shape(spec, x_shape, output_shape) -> tuple[int, ...]:
-    """Validate the output_shape input: rank(X) integers, N and C as X's, spatial dims >= 1."""
+def resolve_output_shape(spec, x_shape, output_shape) -> tuple[int, ...]:
+    """Check the output_shape input against X's NCHW-ordered ``x_shape``: rank(X) integers,
+    N and C as X's, spatial dims >= 1 (in memory and chunked alike)."""
     if isinstance(output_shape, np.ndarray):
         output_shape = int64_tensor(spec, output_shape, "output_shape")
         if output_shape.ndim != 1:
@@ -121,17 +123,21 @@ def max_unpool(
 
 
 def prepare(spec, x, indices, kernel_shape, *, strides=None, pads=None, output_shape=None,
-            inferred_shape_indices=False):
-    """:func:`max_unpool`'s checks: X and I as the kernel takes them (I as flat positions in
-    the output), and the :class:`UnpoolLaunch` that scatters them.  The launch serves any X
-    and I of these shapes and types, with the same output_shape."""
+            activation=None, activation_params=None, inferred_shape_indices=False):
+    """:func:`max_unpool`'s checks, and the channels-last MaxUnpool's
+    (:func:`poolfold.nhwc.max_unpool`, its fused activation included) for a ``spec`` of
+    that domain: X and I as the kernel takes them (I as flat positions in the output), and
+    the :class:`UnpoolLaunch` that scatters them.  The launch serves any X and I of these
+    shapes and types, with the same output_shape."""
+    channels_last = is_channels_last(spec)
     x = as_tensor(spec, x, "X")
+    act = activations.resolve(spec, activation, activation_params, x.dtype)
     indices, out_shape = resolve_indices(
-        spec, x.shape, x.dtype, indices, kernel_shape, strides, pads, output_shape,
-        inferred_shape_indices,
+        spec, nchw_order(x.shape) if channels_last else x.shape, x.dtype, indices, kernel_shape,
+        strides, pads, output_shape, inferred_shape_indices,
     )
-    return x, indices, UnpoolLaunch(spec.label, x.dtype, out_shape, activations.NONE, False,
-                                    x.size, kernel_threads())
+    return x, indices, UnpoolLaunch(spec.label, x.dtype, out_shape, act, channels_last, x.size,
+                                    kernel_threads())
 
 
 def resolve_indices(spec, shape, dtype, indices, kernel_shape, strides, pads, output_shape,
@@ -149,22 +155,12 @@ def resolve_indices(spec, shape, dtype, indices, kernel_shape, strides, pads, ou
         return indices, tuple(shape[:2]) + unpooled_shape(spec.label, spatial, attributes)
     # With output_shape the pads are ignored (docs/semantics.md), so the inferred shape is needed,
     # and must be valid, only to read indices in it.
-    out_shape = _output_shape(spec, shape, output_shape)
+    out_shape = resolve_output_shape(spec, shape, output_shape)
     check_size(spec.label, "output", out_shape, dtype)
     if inferred_shape_indices:
         inferred = tuple(shape[:2]) + unpooled_shape(spec.label, spatial, attributes)
         indices = _from_inferred_space(spec, indices, inferred, out_shape)
     return indices, out_shape
-
-
-def unpool_planes(spec, x: np.ndarray, indices: np.ndarray, out_shape,
-                  activation=activations.NONE, channels_last=False) -> np.ndarray:
-    """Scatter X to the checked positions I; inputs already validated for shape and type.
-
-    ``out_shape`` and I are NCHW-ordered.  With ``channels_last``, X is ``(N, spatial..., C)``
-    and so is the result; the fused ``activation`` applies to every element of the result."""
-    return UnpoolLaunch(spec.label, x.dtype, out_shape, activation, channels_last,
-                        x.size, kernel_threads())(x, indices)
 
 
 class UnpoolLaunch:
@@ -178,7 +174,7 @@ class UnpoolLaunch:
         self.label = label
         self.dtype = dtype
         self.out_shape = tuple(out_shape)  # NCHW
-        self.shape = (n,) + self.out_shape[2:] + (c,) if channels_last else self.out_shape
+        self.shape = channels_last_order(self.out_shape) if channels_last else self.out_shape
         check_size(label, "output", self.shape, dtype)
         self.channels_last = channels_last
         self.fill = activation.scalar(np.zeros((), dtype))

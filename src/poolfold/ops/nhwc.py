@@ -2,8 +2,9 @@
 
 X and Y are ``(N, D1, ..., Dr, C)``.  MaxPool's Indices and MaxUnpool's I and output_shape
 stay channels-first (NCHW shape, NCHW-flat values), as onnxruntime's layout transformer
-leaves them.  Everything else (versions, attributes, geometry, index rules) is the ai.onnx
-op's, through the same code.
+leaves them (:mod:`poolfold.ops.layout`).  Everything else (versions, attributes, geometry,
+index rules) is the ai.onnx op's, through the same code: MaxUnpool and the averaging family
+are prepared by their ai.onnx modules, which read the layout from the version's domain.
 """
 
 from __future__ import annotations
@@ -12,29 +13,15 @@ import functools
 
 import numpy as np
 
-from .. import activations, dtypes, schema
+from .. import activations, schema
 from . import averaging
-from ..geometry import WindowPlan
-from ..kernels import launch_split
-from ..kernels.activation import IDENTITY, activate_in_place
 from ..kernels.channels_last import nchw_indices
+from ..kernels.threads import launch_split
 from ..memory import allocate
-from ._common import as_tensor
+from ._common import activate, as_tensor
+from .layout import nchw_order, with_channels
+from .max_unpool import prepare as prepare_max_unpool
 from .max_pool import check_index_request, pool_channels_last, pool_planes, resolve_plan
-from .max_unpool import resolve_indices, unpool_planes
-
-
-def _nchw_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
-    return (shape[0], shape[-1]) + tuple(shape[1:-1])
-
-
-@functools.lru_cache(maxsize=512)
-def _with_channels(plan: WindowPlan, channels: int) -> WindowPlan:
-    """``plan`` over ``(spatial..., C)``: one more axis, with a window of one on C (cached, as
-    plans are, so its tap table is built once)."""
-    return WindowPlan(plan.in_shape + (channels,), plan.kernel + (1,), plan.strides + (1,),
-                      plan.dilations + (1,), plan.pad_begin + (0,), plan.pad_end + (0,),
-                      plan.out_shape + (channels,), plan.label)
 
 
 def max_pool(
@@ -65,28 +52,43 @@ def max_pool(
     [[0.0, 0.0], [10.0, 14.0]]
     """
     spec = schema.resolve("MaxPool", opset, schema.NHWC)
+    x, launch = prepare_max_pool(spec, x, kernel_shape, strides=strides, pads=pads,
+                                 dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode,
+                                 storage_order=storage_order, return_indices=return_indices,
+                                 activation=activation, activation_params=activation_params)
+    y, indices = launch(x)
+    return (y, indices) if return_indices else y
+
+
+def prepare_max_pool(spec, x, kernel_shape, *, strides=None, pads=None, dilations=None,
+                     auto_pad="NOTSET", ceil_mode=False, storage_order=0, return_indices=False,
+                     activation=None, activation_params=None):
+    """:func:`max_pool`'s checks: X as the kernels take it, and the launch that pools it into
+    ``(Y, Indices or None)``, the activation applied, which serves any X of this shape and
+    type."""
     storage_order = check_index_request(spec, storage_order, return_indices)
     x = as_tensor(spec, x, "X")
     act = activations.resolve(spec, activation, activation_params, x.dtype)
-    nchw = _nchw_shape(x.shape)
-    plan = resolve_plan(spec, nchw, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
-    n, c = nchw[:2]
-    pooled = pool_channels_last(spec.label, x, plan, return_indices, storage_order)
+    plan = resolve_plan(spec, nchw_order(x.shape), kernel_shape, strides, pads, dilations,
+                        auto_pad, ceil_mode)
+    return x, functools.partial(_pool, spec.label, plan, return_indices, storage_order, act)
+
+
+def _pool(label, plan, return_indices, storage_order, act, x):
+    """A prepared MaxPool's launch: ``(Y, Indices or None)`` of a checked X."""
+    pooled = pool_channels_last(label, x, plan, return_indices, storage_order)
     if pooled is not None:  # the separable passes, the channels riding along
         y, indices = pooled
     else:
-        y, indices = _pool_as_planes(spec.label, x, plan, return_indices, storage_order)
-    if act.code != IDENTITY and y.size:
-        launch_split(activate_in_place, y.size, dtypes.bits_view(y).reshape(-1), act.code,
-                     act.params, act.table, work=y.size)
-    return (y, indices) if return_indices else y
+        y, indices = _pool_as_planes(label, x, plan, return_indices, storage_order)
+    return activate(y, act), indices
 
 
 def _pool_as_planes(label, x, plan, return_indices, storage_order):
     """Each sample as one plane with C as a last axis pooled by windows of one: the NCHW
     kernels, reading C-long contiguous runs; Y comes out channels-last, Indices NCHW."""
     n, c = x.shape[0], x.shape[-1]
-    y, recorded = pool_planes(label, x.reshape((n, 1) + x.shape[1:]), _with_channels(plan, c),
+    y, recorded = pool_planes(label, x.reshape((n, 1) + x.shape[1:]), with_channels(plan, c),
                               return_indices, 0)
     y = y.reshape((n,) + plan.out_shape + (c,))
     indices = None
@@ -120,13 +122,11 @@ def max_unpool(
     result, the zeros included.
     """
     spec = schema.resolve("MaxUnpool", opset, schema.NHWC)
-    x = as_tensor(spec, x, "X")
-    act = activations.resolve(spec, activation, activation_params, x.dtype)
-    indices, out_shape = resolve_indices(
-        spec, _nchw_shape(x.shape), x.dtype, indices, kernel_shape, strides, pads, output_shape,
-        inferred_shape_indices,
-    )
-    return unpool_planes(spec, x, indices, out_shape, act, channels_last=True)
+    x, indices, launch = prepare_max_unpool(
+        spec, x, indices, kernel_shape, strides=strides, pads=pads, output_shape=output_shape,
+        activation=activation, activation_params=activation_params,
+        inferred_shape_indices=inferred_shape_indices)
+    return launch(x, indices)
 
 
 def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
@@ -141,31 +141,41 @@ def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
     >>> average_pool(x, [2], strides=[2])[0].tolist()
     [[1.0, 2.0], [5.0, 6.0]]
     """
-    return averaging.nhwc_average_pool(
-        x, kernel_shape, strides=strides, pads=pads, dilations=dilations, auto_pad=auto_pad,
-        ceil_mode=ceil_mode, count_include_pad=count_include_pad, activation=activation,
-        activation_params=activation_params, opset=opset)
+    spec = schema.resolve("AveragePool", opset, schema.NHWC)
+    x, launch = averaging.prepare_average_pool(
+        spec, x, kernel_shape, strides=strides, pads=pads, dilations=dilations,
+        auto_pad=auto_pad, ceil_mode=ceil_mode, count_include_pad=count_include_pad,
+        activation=activation, activation_params=activation_params)
+    return launch(x)
 
 
 def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
             auto_pad="NOTSET", ceil_mode=0, opset=None):
     """Channels-last LpPool (com.ms.internal.nhwc, versions 11 and 18)."""
-    return averaging.nhwc_lp_pool(x, kernel_shape, p=p, strides=strides, pads=pads,
-                                  dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode,
-                                  opset=opset)
+    spec = schema.resolve("LpPool", opset, schema.NHWC)
+    x, launch = averaging.prepare_lp_pool(spec, x, kernel_shape, p=p, strides=strides,
+                                          pads=pads, dilations=dilations, auto_pad=auto_pad,
+                                          ceil_mode=ceil_mode)
+    return launch(x)
 
 
 def global_max_pool(x, *, opset=None):
     """Channels-last GlobalMaxPool (com.ms.internal.nhwc, version 1): Y is
     ``(N, 1, ..., 1, C)``."""
-    return averaging.nhwc_global_pool("GlobalMaxPool", "max", x, opset)
+    x, launch = averaging.prepare_global_pool(
+        schema.resolve("GlobalMaxPool", opset, schema.NHWC), x)
+    return launch(x)
 
 
 def global_average_pool(x, *, opset=None):
     """Channels-last GlobalAveragePool (com.ms.internal.nhwc, version 1)."""
-    return averaging.nhwc_global_pool("GlobalAveragePool", "average", x, opset)
+    x, launch = averaging.prepare_global_pool(
+        schema.resolve("GlobalAveragePool", opset, schema.NHWC), x)
+    return launch(x)
 
 
 def global_lp_pool(x, *, p=2, opset=None):
     """Channels-last GlobalLpPool (com.ms.internal.nhwc, version 2)."""
-    return averaging.nhwc_global_pool("GlobalLpPool", "lp", x, opset, p)
+    x, launch = averaging.prepare_global_pool(
+        schema.resolve("GlobalLpPool", opset, schema.NHWC), x, p=p)
+    return launch(x)

@@ -1,0 +1,155 @@
+"""How many threads a kernel runs on, and the pool of Python threads that runs it.
+
+A kernel that works on many planes (or elements) takes a ``[start, stop)`` range of them as
+its last two arguments, and :func:`launch_split` runs it over contiguous parts of the range,
+the calling thread one of the threads: numba releases the GIL inside such kernels, so the
+parts run in parallel.  Serial kernels compile several times faster than ``parallel=True``
+ones (numba's parfors passes and the outlined loop body cost most of a first call), and the
+pool needs no numba threading layer, whose default (workqueue) aborts the process when two
+Python threads run parallel kernels at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
+
+from . import affinity
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def kernel_threads() -> int:
+    """``POOLFOLD_NUM_THREADS`` if set (capped at numba's thread count), else numba's setting.
+
+    Read on every call (a bad value warns whatever the call's size); its parse is kept per
+    text, as a model asks this several times a run."""
+    value = os.environ.get("POOLFOLD_NUM_THREADS")
+    if not value:
+        return _numba_threads()
+    wanted = _parse_threads(value)
+    if wanted is None:
+        warnings.warn(f"POOLFOLD_NUM_THREADS={value!r} is not a positive integer; ignored",
+                      RuntimeWarning, stacklevel=3)
+        return _numba_threads()
+    return min(wanted, numba.config.NUMBA_NUM_THREADS)
+
+
+@functools.lru_cache(maxsize=16)
+def _parse_threads(value: str) -> int | None:
+    try:
+        wanted = int(value)
+    except ValueError:
+        return None
+    return wanted if wanted >= 1 else None
+
+
+def _numba_threads() -> int:
+    """numba's thread count: what ``numba.set_num_threads`` set, once something has started
+    numba's threading layer (``set_num_threads`` itself does); ``NUMBA_NUM_THREADS`` before
+    that, as ``numba.get_num_threads`` would start the layer, a cost poolfold's kernels do not
+    need.  ``numba.threading_layer()`` is numba's public way to tell: it raises ValueError
+    until the layer has started."""
+    try:
+        numba.threading_layer()
+    except ValueError:
+        return numba.config.NUMBA_NUM_THREADS
+    return numba.get_num_threads()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max(1, numba.config.NUMBA_NUM_THREADS - 1),
+                                       thread_name_prefix="poolfold",
+                                       initializer=affinity.register_worker)
+        return _POOL
+
+
+def _forget_pool() -> None:  # a forked child has none of the parent's threads
+    global _POOL
+    _POOL = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def launch(kernel, *args):
+    """Run the serial ``kernel(*args)`` in the calling thread."""
+    return kernel(*args)
+
+
+# The least work (elements a kernel reads and writes) worth a part of its own.  Handing a part
+# to a pool thread and waiting for it costs far more than the few microseconds of the hand-off
+# itself where the cores are virtual: a pool thread that has gone idle waits for its core to be
+# woken.  Measured on a quiet 2-core virtual machine, MaxPool 3x3 / 2x2 on batch-1 inputs of
+# 100 Ki to 1.6 Mi elements, one thread against two: two took 1.2-2.3x as long up to about
+# 400 Ki elements of work ((1,64,56,56) 3x3 stride 2: 0.28 against 0.40-0.59 ms), broke even
+# near 1 Mi and won from there ((1,128,112,112): 0.88-1.2 against 1.45-1.54 ms).  So a call
+# is split only where each part gets at least this much.
+MIN_WORK_PER_PART = 2**18
+
+# Pieces per thread of a threaded call (see launch_split): each costs a kernel call (3 us for
+# the MaxPool kernels' 21 arguments) and they let the threads even out a slow core.
+PIECES_PER_THREAD = 4
+
+
+def split_parts(count: int, work: int | None = None, threads: int | None = None) -> int:
+    """How many parts :func:`launch_split` runs ``count`` planes (or elements) in, on
+    ``threads`` threads (default: :func:`kernel_threads`)."""
+    if threads is None:
+        threads = kernel_threads()  # every call: a bad POOLFOLD_NUM_THREADS warns at any size
+    if count <= 1 or (work is not None and work < 2 * MIN_WORK_PER_PART):
+        return 1
+    parts = min(count, threads)
+    return max(1, parts if work is None else min(parts, work // MIN_WORK_PER_PART))
+
+
+def launch_split(kernel, count: int, *args, work: int | None = None,
+                 parts: int | None = None) -> list:
+    """Run ``kernel(*args, start, stop)`` over ``[0, count)`` on ``parts`` threads (poolfold's
+    thread count), the calling thread one of them; what each piece returned, in order.
+
+    A threaded call is cut into :data:`PIECES_PER_THREAD` contiguous pieces per thread, which
+    the threads claim in turn: a thread that runs slower (its core taken by another process,
+    or by the host of a virtual machine) takes fewer pieces, where with one fixed half per
+    thread the call waited for the slow half.
+
+    ``work`` (elements the call reads and writes, if the caller knows it) caps the parts so
+    each has at least :data:`MIN_WORK_PER_PART`: a small call runs in the calling thread.
+    ``parts``: what :func:`split_parts` already gave the caller, to not ask twice."""
+    if parts is None:
+        parts = split_parts(count, work)
+    if parts == 1:
+        return [kernel(*args, 0, count)]
+    pieces = min(count, parts * PIECES_PER_THREAD)
+    bounds = [count * i // pieces for i in range(pieces + 1)]
+    claims = itertools.count()  # next() on it is atomic: each piece is claimed once
+
+    def run_pieces() -> list:
+        done = []
+        while True:
+            piece = next(claims)
+            if piece >= pieces:
+                return done
+            done.append((piece, kernel(*args, bounds[piece], bounds[piece + 1])))
+
+    pool = _pool()
+    affinity.steer_workers()
+    futures = [pool.submit(run_pieces) for _ in range(parts - 1)]
+    try:
+        done = run_pieces()
+    finally:
+        theirs = [future.result() for future in futures]  # all waited for, even on an error
+    for pieces_done in theirs:
+        done += pieces_done
+    return [result for _, result in sorted(done, key=lambda d: d[0])]
