@@ -253,3 +253,61 @@ def test_max_pool_zero_spatial_dim_with_pads_gives_empty_windows():
                              return_indices=True)
     assert y.shape == (1, 2, 2) and np.isneginf(y).all() and (i == -1).all()
     assert poolfold.max_pool_shape((1, 2, 0), [1], pads=[1, 1]) == (1, 2, 2)
+
+
+# ------------------------------------------------------- read-only inputs, no second compile
+
+def _compiled_signatures() -> dict:
+    """Every poolfold kernel's compiled signatures, by kernel."""
+    import importlib
+    import pkgutil
+
+    import numba
+
+    import poolfold.kernels as kernels
+
+    found = {}
+    for info in pkgutil.iter_modules(kernels.__path__):
+        module = importlib.import_module(f"{kernels.__name__}.{info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, numba.core.registry.CPUDispatcher):
+                found[f"{info.name}.{name}"] = set(value.signatures)
+    return found
+
+
+READ_ONLY_CALLS = {
+    "max_pool": lambda x: poolfold.max_pool(x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    "max_pool-indices": lambda x: poolfold.max_pool(x, [2, 2], strides=[2, 2],
+                                                    return_indices=True),
+    "max_pool-long-window": lambda x: poolfold.max_pool(x, [1, 9], auto_pad="SAME_UPPER"),
+    "nhwc.max_pool": lambda x: poolfold.nhwc.max_pool(x, [3, 3], strides=[2, 2]),
+    "average_pool": lambda x: poolfold.average_pool(x, [3, 3], pads=[1, 1, 1, 1]),
+    "lp_pool": lambda x: poolfold.lp_pool(x, [2, 2], strides=[2, 2]),
+    "global_max_pool": poolfold.global_max_pool,
+    "global_average_pool": poolfold.global_average_pool,
+    "max_unpool": lambda x: poolfold.max_unpool(
+        x, np.arange(x.size, dtype=np.int64).reshape(x.shape) * 4, [2, 2], strides=[2, 2]),
+    "col2im": lambda x: poolfold.col2im(x.reshape(2, 12, 15), np.array([4, 6]),
+                                        np.array([2, 2])),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("op", list(READ_ONLY_CALLS))
+def test_read_only_input_reuses_the_compiled_kernels(op, dtype):
+    """numba types an array by whether it may be written: a read-only input (np.frombuffer,
+    onnx's tensors, memory maps) must run the kernels the writeable one compiled, not compile
+    each a second time (tens of seconds for a first call)."""
+    x = np.random.default_rng(3).standard_normal((2, 3, 6, 10)).astype(dtype)
+    call = READ_ONLY_CALLS[op]
+    want = call(x)
+    before = _compiled_signatures()
+    frozen = x.copy()
+    frozen.flags.writeable = False
+    got = call(frozen)
+    for w, g in zip(want if isinstance(want, tuple) else (want,),
+                    got if isinstance(got, tuple) else (got,)):
+        np.testing.assert_array_equal(g, w)
+    after = _compiled_signatures()
+    grown = {k: after[k] - before.get(k, set()) for k in after if after[k] - before.get(k, set())}
+    assert not grown, grown

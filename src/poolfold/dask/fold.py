@@ -29,6 +29,7 @@ from ..geometry import WindowPlan
 from ..kernels.threads import launch
 from ..kernels.fold import fold, fold_tables
 from ..memory import check_size
+from ..ops._common import kernel_input
 from ..ops.col2im import fold_identity, fold_plan, fold_strings
 from ..ops.col2im import col2im as col2im_in_memory
 from . import _graph
@@ -71,7 +72,7 @@ def box_plan(plan: WindowPlan, start, size) -> WindowPlan:
 def _box_columns(columns, l0, start, size, grid):
     """The columns of one box, (planes, K, blocks of the box)."""
     first = int(np.ravel_multi_index(start, grid)) - l0
-    return np.ascontiguousarray(columns[:, :, first:first + math.prod(size)])
+    return kernel_input(np.ascontiguousarray(columns[:, :, first:first + math.prod(size)]))
 
 
 def _fold_step(accumulator, x, l0, plan, image_planes, block_size):

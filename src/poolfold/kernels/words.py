@@ -39,7 +39,9 @@ def words_view(a: np.ndarray) -> np.ndarray:
     word = _WORD_TYPES.get(a.itemsize, np.uint64)
     if a.itemsize not in _WORD_TYPES or a.ndim < 1 or a.shape[-1] % 2 \
             or not a.flags.c_contiguous:
-        return np.empty((0,) * a.ndim, word)
+        empty = np.empty((0,) * a.ndim, word)
+        empty.flags.writeable = a.flags.writeable  # the same array type as a view of ``a``
+        return empty
     return a.view(word)
 
 

@@ -56,6 +56,19 @@ def byte_swapped(dtype: np.dtype) -> bool:
     return dtype.byteorder not in "=|" and dtype.kind not in "OUS"
 
 
+def kernel_input(array: np.ndarray) -> np.ndarray:
+    """``array`` as a read-only view: how every input is handed to a kernel.
+
+    numba compiles a kernel once per type of its arguments, and whether an array may be
+    written is part of its type: read-only inputs (``np.frombuffer``, onnx's tensors, memory
+    maps, dask's chunks) would compile each kernel a second time, seconds to tens of seconds
+    apiece.  Kernels never write their inputs, so they always get them read-only, and one
+    compile serves writeable and read-only callers alike."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
 def native(array):
     """``array`` (an ndarray, or a dask array) in the machine's byte order (kernels read
     native values): a copy only for byte-swapped input."""

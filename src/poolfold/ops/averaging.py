@@ -27,7 +27,7 @@ from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RU
                                   scaled_window_sums, window_sums,
                                   window_sums_direct)
 from ..memory import allocate, check_size, check_table
-from ._common import activate, as_tensor, flag
+from ._common import activate, as_tensor, flag, kernel_input
 from .layout import channels_last_order, is_channels_last, nchw_order
 from .max_pool import resolve_plan
 
@@ -293,7 +293,7 @@ def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: boo
     _check_scratch(label, plan, block * group, scaled)
     blocks = -(-layout.channels // block)
     items = layout.outer * blocks if layout.channels > 1 else -(-layout.outer // group)
-    xs = dtypes.value_view(np.ascontiguousarray(x)).reshape(layout.outer, -1)
+    xs = kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(layout.outer, -1))
     ys = dtypes.value_view(y).reshape(layout.outer, -1)
     work = x.size + y.size * 4
     parts = split_parts(items, work, kernel_threads())
@@ -430,12 +430,11 @@ def pool_global(label: str, x: np.ndarray, channels_last: bool, kind: str,
     if size == 0:  # an empty plane: max -inf, average 0/0, Lp-norm 0
         y[...] = {"max": -np.inf, "average": np.nan, "lp": 0.0}[kind]
         return y
-    xs = dtypes.value_view(np.ascontiguousarray(x)).reshape(layout.outer, -1)
+    xs = kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(layout.outer, -1))
     ys = dtypes.value_view(y).reshape(layout.outer, -1)
     parts = split_parts(layout.outer, x.size, kernel_threads())
     if kind == "max":
-        keys = np.ascontiguousarray(x).reshape(layout.outer, -1).view(
-            _SIGNED[x.dtype.itemsize])
+        keys = xs.view(_SIGNED[x.dtype.itemsize])
         launch_split(global_max, layout.outer, xs, keys, ys, size, layout.channels,
                      _key_order(x.dtype), parts=parts)
         return y

@@ -13,7 +13,7 @@ from ..geometry import WindowAttributes, WindowPlan, int_tuple, window_plan
 from ..kernels.threads import kernel_threads, launch_split, split_parts
 from ..kernels.fold import fold, fold_tables
 from ..memory import allocate, check_size
-from ._common import as_tensor, int64_tensor
+from ._common import as_tensor, int64_tensor, kernel_input
 
 
 def _shape_input(spec, name: str, value, rank: int | None = None) -> tuple[int, ...]:
@@ -122,8 +122,8 @@ class FoldLaunch:
             launch_split(
                 fold,
                 planes,
-                dtypes.value_view(np.ascontiguousarray(x)).reshape(planes, self.block_size,
-                                                                   x.shape[2]),
+                kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(
+                    planes, self.block_size, x.shape[2])),
                 out.reshape(planes, -1),
                 *self.tables,
                 self.identity,

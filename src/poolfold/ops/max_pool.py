@@ -23,7 +23,7 @@ from ..kernels.threads import PIECES_PER_THREAD, kernel_threads, launch_split, s
 from ..kernels.window_max import window_max, window_max_separable, window_max_tiles
 from ..kernels.words import has_words, word_type, words_view
 from ..memory import allocate, check_size, check_table
-from ._common import as_tensor, flag
+from ._common import as_tensor, flag, kernel_input
 
 
 def resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
@@ -778,7 +778,8 @@ class _PoolLaunch:
             self.parts = split_parts(self.passes.items, work, threads)
             self.words = word_type(dtype.itemsize) if self.passes.words else None
             # what the kernel takes for words it does not read (the type it compiles for)
-            self.no_words = words_view(np.empty((0, 1), self.value_type)).reshape(-1)
+            self.no_words = kernel_input(
+                words_view(np.empty((0, 1), self.value_type)).reshape(-1))
         elif self.kernel == SEPARABLE:
             if slab_rows is None or slab_rows == -1:
                 item_bytes = dtype.itemsize + (8 if return_indices else 0)
@@ -802,7 +803,7 @@ class _PoolLaunch:
         planes = self.planes
         if planes == 0:
             return y, indices
-        xs = np.ascontiguousarray(x).reshape(planes, -1).view(self.value_type)
+        xs = kernel_input(np.ascontiguousarray(x).reshape(planes, -1).view(self.value_type))
         index_rows = indices.reshape(planes, -1) if indices is not None else None
         ys = y.reshape(planes, -1).view(self.value_type)
         kernel = self.kernel
@@ -911,7 +912,7 @@ class _ChannelsLastLaunch:
                                         storage_order, c, split_parts(n, work, threads))
         self.parts = split_parts(self.tables.items, work, threads)
         self.value_type = dtypes.value_view(np.empty(0, dtype)).dtype
-        self.no_words = words_view(np.empty((0, 1), self.value_type)).reshape(-1)
+        self.no_words = kernel_input(words_view(np.empty((0, 1), self.value_type)).reshape(-1))
         self.empty_value = _empty_value(dtype)
         self.ready = False
         self.stand_in = forced is None
@@ -921,7 +922,7 @@ class _ChannelsLastLaunch:
         indices = allocate(self.label, "Indices", self.index_shape, np.int64,
                            size_checked=True) if self.return_indices else None
         n = self.n
-        xs = np.ascontiguousarray(x).reshape(n, -1).view(self.value_type)
+        xs = kernel_input(np.ascontiguousarray(x).reshape(n, -1).view(self.value_type))
         tables = self.tables
         ys = y.reshape(n, -1).view(self.value_type)
         if self.kernel == ROWS:

@@ -12,7 +12,7 @@ from ..geometry import WindowAttributes, unpooled_shape
 from ..kernels.threads import kernel_threads, launch, launch_split, split_parts
 from ..kernels.scatter import first_out_of_range, scatter_ordered, scatter_planes
 from ..memory import allocate, check_size
-from ._common import as_tensor, int64_tensor
+from ._common import as_tensor, int64_tensor, kernel_input
 from .layout import channels_last_order, is_channels_last, nchw_order
 
 
@@ -55,7 +55,8 @@ def resolve_output_shape(spec, x_shape, output_shape) -> tuple[int, ...]:
 
 def _check_range(label: str, indices: np.ndarray, total: int, out_shape, space="the output"):
     """Raise for the first index (row-major in I) outside ``[0, total)``."""
-    position = launch(first_out_of_range, np.ascontiguousarray(indices).reshape(-1), total)
+    position = launch(first_out_of_range, kernel_input(np.ascontiguousarray(indices).reshape(-1)),
+                      total)
     if position >= 0:
         raise PoolfoldError(
             f"{label}: input 'I' holds index {int(indices.flat[position])} at position "
@@ -188,8 +189,8 @@ class UnpoolLaunch:
             y[...] = self.fill
             return y
         n, c = self.out_shape[:2]
-        index_planes = np.ascontiguousarray(indices).reshape(n, c, -1)
-        xs = dtypes.bits_view(np.ascontiguousarray(x))
+        index_planes = kernel_input(np.ascontiguousarray(indices).reshape(n, c, -1))
+        xs = kernel_input(dtypes.bits_view(np.ascontiguousarray(x)))
         ys = dtypes.bits_view(y)
         if self.channels_last:  # (N, C, S) views of the channels-last memory: no copies
             xs = xs.reshape(n, -1, c).transpose(0, 2, 1)
