@@ -21,6 +21,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import oracle
+from onnx_backend_cases import runnable_cases
 import poolfold
 import poolfold.backend
 import poolfold.reference
@@ -43,9 +44,7 @@ with warnings.catch_warnings():
     backend_test = onnx.backend.test.BackendTest(poolfold.backend, __name__)
 backend_test.include(INCLUDE)
 backend_test.exclude(DIVERGENT)
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)  # onnx's coverage mark
-    _TEST_CASES = backend_test.enable_report().test_cases
+_TEST_CASES = runnable_cases(backend_test)
 globals().update(_TEST_CASES)
 
 

@@ -12,6 +12,7 @@ import onnx.backend.test
 import pytest
 
 import poolfold.backend
+from onnx_backend_cases import runnable_cases
 
 pytest.importorskip("onnxruntime")
 
@@ -26,9 +27,7 @@ with warnings.catch_warnings():
     backend_test = onnx.backend.test.BackendTest(poolfold.backend, __name__)
 backend_test.include(INCLUDE)
 backend_test.exclude(EXCLUDE)
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
-    globals().update(backend_test.test_cases)
+globals().update(runnable_cases(backend_test))
 
 
 def test_node_tests_run_on_onnxruntime():

@@ -73,24 +73,23 @@ class _Op(NamedTuple):
 
 _X = (_DATA,)  # X, the op's one input
 
-# (domain, op) -> how its nodes run.  The averaging family and MaxUnpool prepare either
-# domain (the version row says which layout); the nhwc MaxPool has its own.
+# The ops whose prepare serves either domain (the version row says which layout).
+_EITHER_DOMAIN = {
+    "MaxUnpool": _Op(_unpool, max_unpool.prepare, (_DATA, _DATA, _SHAPE)),
+    "AveragePool": _Op(_one_output, averaging.prepare_average_pool, _X),
+    "LpPool": _Op(_one_output, averaging.prepare_lp_pool, _X),
+    "GlobalMaxPool": _Op(_one_output, averaging.prepare_global_pool, _X),
+    "GlobalAveragePool": _Op(_one_output, averaging.prepare_global_pool, _X),
+    "GlobalLpPool": _Op(_one_output, averaging.prepare_global_pool, _X),
+}
+
+# (domain, op) -> how its nodes run.
 _OPS = {
     (schema.AI_ONNX, "MaxPool"): _Op(_pool, max_pool.prepare, _X),
-    (schema.AI_ONNX, "MaxUnpool"): _Op(_unpool, max_unpool.prepare, (_DATA, _DATA, _SHAPE)),
-    (schema.AI_ONNX, "Col2Im"): _Op(_one_output, col2im.prepare, (_DATA, _SHAPE, _SHAPE)),
-    (schema.AI_ONNX, "AveragePool"): _Op(_one_output, averaging.prepare_average_pool, _X),
-    (schema.AI_ONNX, "LpPool"): _Op(_one_output, averaging.prepare_lp_pool, _X),
-    (schema.AI_ONNX, "GlobalMaxPool"): _Op(_one_output, averaging.prepare_global_pool, _X),
-    (schema.AI_ONNX, "GlobalAveragePool"): _Op(_one_output, averaging.prepare_global_pool, _X),
-    (schema.AI_ONNX, "GlobalLpPool"): _Op(_one_output, averaging.prepare_global_pool, _X),
     (schema.NHWC, "MaxPool"): _Op(_pool, nhwc.prepare_max_pool, _X),
-    (schema.NHWC, "MaxUnpool"): _Op(_unpool, max_unpool.prepare, (_DATA, _DATA, _SHAPE)),
-    (schema.NHWC, "AveragePool"): _Op(_one_output, averaging.prepare_average_pool, _X),
-    (schema.NHWC, "LpPool"): _Op(_one_output, averaging.prepare_lp_pool, _X),
-    (schema.NHWC, "GlobalMaxPool"): _Op(_one_output, averaging.prepare_global_pool, _X),
-    (schema.NHWC, "GlobalAveragePool"): _Op(_one_output, averaging.prepare_global_pool, _X),
-    (schema.NHWC, "GlobalLpPool"): _Op(_one_output, averaging.prepare_global_pool, _X),
+    (schema.AI_ONNX, "Col2Im"): _Op(_one_output, col2im.prepare, (_DATA, _SHAPE, _SHAPE)),
+    **{(domain, op): row for op, row in _EITHER_DOMAIN.items()
+       for domain in (schema.AI_ONNX, schema.NHWC)},
 }
 
 
