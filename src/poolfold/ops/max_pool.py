@@ -601,13 +601,15 @@ def passes_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
 class RowsTables(NamedTuple):
     """``max_rows``'s tables for one plan and plane count (see
     :mod:`poolfold.kernels.max_rows`); ``items`` is how many work items the call is cut
-    into."""
+    into; ``long_windows`` the kernel's argument of that name: True where the last axis
+    goes by a ladder of runs or edge scans, else None."""
 
     axes: np.ndarray
     taps: np.ndarray
     lead: np.ndarray
     setup: np.ndarray
     items: int
+    long_windows: bool | None
 
 
 @functools.lru_cache(maxsize=256)
@@ -668,7 +670,8 @@ def rows_tables(label: str, plan: WindowPlan, planes: int, parts: int,
     tap_table = np.stack([taps.first, taps.lo, taps.hi])
     for array in (axes, tap_table, lead, setup):
         array.flags.writeable = False  # shared by every call of the plan
-    return RowsTables(axes, tap_table, lead, setup, planes * items_per_plane)
+    long_windows = True if setup[rows.LADDER_SIZE] or setup[rows.EDGE_SCANS] else None
+    return RowsTables(axes, tap_table, lead, setup, planes * items_per_plane, long_windows)
 
 
 def _edges_scan(plan: WindowPlan) -> bool:
@@ -813,7 +816,7 @@ class _PoolLaunch:
         elif kernel == ROWS:
             tables = self.rows
             arguments = (xs, ys, tables.axes, tables.taps, tables.lead, tables.setup,
-                         self.tables[-1])
+                         self.tables[-1], tables.long_windows)
             if self.ready or self._ready(rows.max_rows, arguments):
                 launch_split(rows.max_rows, tables.items, *arguments, parts=self.parts)
             else:
@@ -928,7 +931,7 @@ class _ChannelsLastLaunch:
         if self.kernel == ROWS:
             kernel = rows.max_rows
             arguments = (xs, ys, tables.axes, tables.taps, tables.lead, tables.setup,
-                         self.empty_value)
+                         self.empty_value, tables.long_windows)
         else:
             kernel = max_passes
             # C = 1 is channels-first: its last axis may be read as words
