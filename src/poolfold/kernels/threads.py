@@ -3,7 +3,8 @@
 A kernel that works on many planes (or elements) takes a ``[start, stop)`` range of them as
 its last two arguments, and :func:`launch_split` runs it over contiguous parts of the range,
 the calling thread one of the threads: numba releases the GIL inside such kernels, so the
-parts run in parallel.  Serial kernels compile several times faster than ``parallel=True``
+parts run in parallel.  The other threads spin a while between calls (:mod:`.handoff`), or,
+with ``POOLFOLD_SPIN_US=0`` or while another call holds those, are a sleeping pool's.  Serial kernels compile several times faster than ``parallel=True``
 ones (numba's parfors passes and the outlined loop body cost most of a first call), and the
 pool needs no numba threading layer, whose default (workqueue) aborts the process when two
 Python threads run parallel kernels at once.
@@ -20,9 +21,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 
-from . import affinity
+from . import affinity, handoff
 
 _POOL: ThreadPoolExecutor | None = None
+_SPINNING: handoff.SpinningPool | bool | None = None  # False: POOLFOLD_SPIN_US=0
 _POOL_LOCK = threading.Lock()
 
 
@@ -74,9 +76,22 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
+def _spinning_pool() -> handoff.SpinningPool | None:
+    """The threads that spin between calls (:mod:`.handoff`), started on the first threaded
+    call; None where ``POOLFOLD_SPIN_US`` is 0."""
+    global _SPINNING
+    with _POOL_LOCK:
+        if _SPINNING is None:
+            spin_us = handoff.spin_microseconds()
+            _SPINNING = handoff.SpinningPool(max(1, numba.config.NUMBA_NUM_THREADS - 1),
+                                             spin_us) if spin_us > 0 else False
+        return _SPINNING or None
+
+
 def _forget_pool() -> None:  # a forked child has none of the parent's threads
-    global _POOL
+    global _POOL, _SPINNING
     _POOL = None
+    _SPINNING = None
 
 
 if hasattr(os, "register_at_fork"):
@@ -89,13 +104,14 @@ def launch(kernel, *args):
 
 
 # The least work (elements a kernel reads and writes) worth a part of its own.  Handing a part
-# to a pool thread and waiting for it costs far more than the few microseconds of the hand-off
-# itself where the cores are virtual: a pool thread that has gone idle waits for its core to be
-# woken.  Measured on a quiet 2-core virtual machine, MaxPool 3x3 / 2x2 on batch-1 inputs of
-# 100 Ki to 1.6 Mi elements, one thread against two: two took 1.2-2.3x as long up to about
-# 400 Ki elements of work ((1,64,56,56) 3x3 stride 2: 0.28 against 0.40-0.59 ms), broke even
-# near 1 Mi and won from there ((1,128,112,112): 0.88-1.2 against 1.45-1.54 ms).  So a call
-# is split only where each part gets at least this much.
+# to a sleeping pool thread costs 50-70 us on a 2-core virtual machine (its core must be
+# woken); measured there, MaxPool 3x3 / 2x2 on batch-1 inputs of 100 Ki to 1.6 Mi elements,
+# one thread against two: two took 1.2-2.3x as long up to about 400 Ki elements of work, broke
+# even near 1 Mi and won from there.  The spinning threads of :mod:`.handoff` take a part in
+# about 8 us, and with them this threshold's calls gain (``poolfold bench --matrix``, same
+# machine: (1,64,112,112) 3x3 s2, 1.27 -> 0.94 of onnxruntime's time; (8,24,55,55), 1.72 ->
+# 1.14; (4,16,128,128) 5x5 s3, 1.51 -> 1.18), but a quarter of it gained nothing more
+# ((1,64,56,56) 3x3 s2 stayed 1.5-1.8x on one thread or two).
 MIN_WORK_PER_PART = 2**18
 
 # Pieces per thread of a threaded call (see launch_split): each costs a kernel call (3 us for
@@ -143,13 +159,16 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
                 return done
             done.append((piece, kernel(*args, bounds[piece], bounds[piece + 1])))
 
-    pool = _pool()
+    spinning = _spinning_pool()
     affinity.steer_workers()
-    futures = [pool.submit(run_pieces) for _ in range(parts - 1)]
-    try:
-        done = run_pieces()
-    finally:
-        theirs = [future.result() for future in futures]  # all waited for, even on an error
-    for pieces_done in theirs:
-        done += pieces_done
+    everyone = spinning.run(run_pieces, parts - 1) if spinning is not None else None
+    if everyone is None:  # no spinning threads, or another call holds them: sleeping ones
+        pool = _pool()
+        futures = [pool.submit(run_pieces) for _ in range(parts - 1)]
+        try:
+            mine = run_pieces()
+        finally:
+            everyone = [future.result() for future in futures]  # all waited for, even on
+        everyone.append(mine)                                    # an error
+    done = [piece for pieces_done in everyone for piece in pieces_done]
     return [result for _, result in sorted(done, key=lambda d: d[0])]
