@@ -226,7 +226,7 @@ def _edge_scans(dst, to, src, e, first, lo, hi, out, uncut_lo, uncut_hi, width):
 
 
 def reduce_row(dst, to, src, e, first, lo, hi, k, s, d, out, uncut_lo, uncut_hi, empty_value,
-               ladder, edge_scans, width, long_windows):  # pragma: no cover - numba's
+               ladder, edge_scans, width, long_windows):  # pragma: no cover - replaced by the overload
     """Output row ``dst[to:to + out]`` from one row of ``width`` whose coordinate 0 is
     ``src[e]``: output o folds coordinates ``first[o] + t*d`` for taps t in ``[lo[o],
     hi[o])``; the outputs in ``[uncut_lo, uncut_hi)`` (a range, possibly empty) have all k

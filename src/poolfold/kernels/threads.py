@@ -108,10 +108,11 @@ def launch(kernel, *args):
 # woken); measured there, MaxPool 3x3 / 2x2 on batch-1 inputs of 100 Ki to 1.6 Mi elements,
 # one thread against two: two took 1.2-2.3x as long up to about 400 Ki elements of work, broke
 # even near 1 Mi and won from there.  The spinning threads of :mod:`.handoff` take a part in
-# about 8 us, and with them this threshold's calls gain (``poolfold bench --matrix``, same
-# machine: (1,64,112,112) 3x3 s2, 1.27 -> 0.94 of onnxruntime's time; (8,24,55,55), 1.72 ->
-# 1.14; (4,16,128,128) 5x5 s3, 1.51 -> 1.18), but a quarter of it gained nothing more
-# ((1,64,56,56) 3x3 s2 stayed 1.5-1.8x on one thread or two).
+# about 8 us, and with them this threshold's calls gain (one ``poolfold bench --matrix`` run of
+# a few cases, spinning off then on, same machine: (1,64,112,112) 3x3 s2, 1.27 -> 0.94 of
+# onnxruntime's time; (8,24,55,55), 1.72 -> 1.14; two full runs since: 0.98 and 1.13, 1.33 and
+# 1.33), but a quarter of it gained nothing more ((1,64,56,56) 3x3 s2 stayed 1.5-1.8x on one
+# thread or two).
 MIN_WORK_PER_PART = 2**18
 
 # Pieces per thread of a threaded call (see launch_split): each costs a kernel call (3 us for
