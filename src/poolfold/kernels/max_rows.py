@@ -16,9 +16,16 @@ in two steps:
    (:func:`_ladder`), whose passes do not grow with the window; channels-last outputs fold
    their taps' runs of C channels (:func:`_reduce_lanes`).
 
-Every per-row step is inlined into the kernel: a helper called once per row of a few dozen
-outputs costs its array arguments' reference counts, which was a third of a 2-D 3x3 pool's
-time.
+Every per-row step runs inside the kernel, never as a call: a helper called once per row of
+a few dozen outputs costs a third of a 2-D 3x3 pool's time (its array arguments, seven values
+each, and their reference counts), and so does one in the row loop that is never taken.  The
+steps are small functions numba inlines (:func:`_stride_loop`, :func:`_cut_window`,
+:func:`fold_values`), called from the kernel's own body: numba copies a function's whole
+variable scope once per block of it when it inlines it, so inlining a function that holds
+other inlined loops (the row's reduction as one function) took 20 s to compile per type,
+where these take 7.  Long windows' helpers (:func:`_ladder`, :func:`_edge_scans`) are only
+in the kernel compiled for a ``long_windows`` of True: numba drops a branch on an argument
+that is None before it compiles anything else.
 
 Reducing the last axis last means the strided pass, the dear one, runs over the output rows
 only, not over every input row: at stride s along the leading axes it has s times fewer
@@ -67,7 +74,8 @@ def _stride_loop(dst, to, src, e, count, s, k, d):
     """``dst[to + i]`` = the first maximum of ``src[e + i*s + t*d]`` over taps t < k, for i
     below ``count``: the first three taps in one sweep, then two a sweep (the store always
     mixes a tap in: see :mod:`poolfold.kernels.folds` on conditional stores).  Inlined, so
-    that a literal ``s`` reaches LLVM as a constant."""
+    that a literal ``s`` reaches LLVM as a constant: the kernel calls it with strides 1 to
+    4 written out."""
     u = np.uint64
     b = min(1, k - 1) * d
     c = min(2, k - 1) * d
@@ -87,43 +95,6 @@ def _stride_loop(dst, to, src, e, count, s, k, d):
             h = v if beats(v, h) else h
             v = src[u(b_t + i * s)]
             dst[u(to + i)] = v if beats(v, h) else h
-
-
-# A function per stride LLVM is told as a constant (see the module doc), inlined like every
-# per-row step: a call per row costs its arguments' reference counts.  At strides 1 and 2 the
-# common 3-tap window gets a loop of its own: with the taps' offsets known, LLVM reads them
-# in one interleaved group rather than a group per tap (measured, 3x3 at stride 2 over
-# (8,24,55,55): 0.18 against 0.23 ms; a loop for 2 taps as well cost more compile time than
-# it gained).
-@njit(inline="always")
-def _stride_1(dst, to, src, e, count, k, d):
-    if d == 1 and k == 3:
-        _stride_loop(dst, to, src, e, count, 1, 3, 1)
-    else:
-        _stride_loop(dst, to, src, e, count, 1, k, d)
-
-
-@njit(inline="always")
-def _stride_2(dst, to, src, e, count, k, d):
-    if d == 1 and k == 3:
-        _stride_loop(dst, to, src, e, count, 2, 3, 1)
-    else:
-        _stride_loop(dst, to, src, e, count, 2, k, d)
-
-
-@njit(inline="always")
-def _stride_3(dst, to, src, e, count, k, d):
-    _stride_loop(dst, to, src, e, count, 3, k, d)
-
-
-@njit(inline="always")
-def _stride_4(dst, to, src, e, count, k, d):
-    _stride_loop(dst, to, src, e, count, 4, k, d)
-
-
-@njit(inline="always")
-def _stride_any(dst, to, src, e, count, s, k, d):
-    _stride_loop(dst, to, src, e, count, s, k, d)
 
 
 @njit(inline="always")
@@ -225,58 +196,6 @@ def _edge_scans(dst, to, src, e, first, lo, hi, out, uncut_lo, uncut_hi, width):
         dst[u(to + o)] = h
 
 
-def reduce_row(dst, to, src, e, first, lo, hi, k, s, d, out, uncut_lo, uncut_hi, empty_value,
-               ladder, edge_scans, width, long_windows):  # pragma: no cover - replaced by the overload
-    """Output row ``dst[to:to + out]`` from one row of ``width`` whose coordinate 0 is
-    ``src[e]``: output o folds coordinates ``first[o] + t*d`` for taps t in ``[lo[o],
-    hi[o])``; the outputs in ``[uncut_lo, uncut_hi)`` (a range, possibly empty) have all k
-    taps inside, the others lie before and after it.  Long windows (``long_windows`` not
-    None) go by :func:`_ladder` where ``ladder`` has room, cut ones by :func:`_edge_scans`
-    where ``edge_scans``."""
-    raise NotImplementedError
-
-
-@overload(reduce_row, inline="always")
-def _reduce_row_overload(dst, to, src, e, first, lo, hi, k, s, d, out, uncut_lo, uncut_hi,
-                         empty_value, ladder, edge_scans, width, long_windows):
-    """:func:`reduce_row` compiled for ``long_windows``' type: for None, with no call to
-    :func:`_ladder` or :func:`_edge_scans`.  A call to a helper in a loop over rows, even
-    one never taken, cost a 2-D 3x3 pool at stride 2 40% of its time (measured over
-    (1,64,56,56), float32: 0.15 against 0.09 ms); numba removes a branch on a constant
-    before it counts references, LLVM only after."""
-    long = not isinstance(long_windows, types.NoneType)
-
-    def reduce(dst, to, src, e, first, lo, hi, k, s, d, out, uncut_lo, uncut_hi, empty_value,
-               ladder, edge_scans, width, long_windows):
-        count = uncut_hi - uncut_lo
-        if count > 0:
-            at = e + first[uncut_lo]
-            where = to + uncut_lo
-            if long and ladder.size > 0:
-                _ladder(dst, where, src, at, count, s, k, d, ladder)
-            elif s == 1:
-                _stride_1(dst, where, src, at, count, k, d)
-            elif s == 2:
-                _stride_2(dst, where, src, at, count, k, d)
-            elif s == 3:
-                _stride_3(dst, where, src, at, count, k, d)
-            elif s == 4:
-                _stride_4(dst, where, src, at, count, k, d)
-            else:
-                _stride_any(dst, where, src, at, count, s, k, d)
-        else:
-            uncut_lo = uncut_hi = out
-        if long and edge_scans:
-            _edge_scans(dst, to, src, e, first, lo, hi, out, uncut_lo, uncut_hi, width)
-            return
-        for o in range(uncut_lo):
-            _cut_window(dst, to + o, src, e + first[o] + lo[o] * d, hi[o] - lo[o], d, empty_value)
-        for o in range(uncut_hi, out):
-            _cut_window(dst, to + o, src, e + first[o] + lo[o] * d, hi[o] - lo[o], d, empty_value)
-
-    return reduce
-
-
 def _order_matters(v):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
@@ -324,7 +243,7 @@ def _in_window_order(dst, to, src, row_at, rows, first, lo, hi, d, out, lanes):
 
 @njit(inline="always")
 def _reduce_lanes(dst, to, src, e, first, lo, hi, d, out, lanes, empty_value, tap_at):
-    """:func:`reduce_row` for a channels-last row: ``lanes`` contiguous elements a position
+    """An output row of a channels-last sample: ``lanes`` contiguous elements a position
     (the channels), output o's lanes ``dst[to + o*lanes:][:lanes]`` folding its in-bounds
     taps' runs of lanes, a vectorised loop over the lanes per output."""
     u = np.uint64
@@ -366,7 +285,7 @@ def _rows_in_window_order(dst, src, fixes, count, p, x_at, out_size, out, lanes,
     """:func:`_in_window_order` for the output rows ``fixes[:count]`` (positions of the
     leading axes, row-major) of plane ``p``, whose input rows start at ``x_at``: the rows
     that hold a zero or a NaN, set aside by the kernel's loop over rows, which must call no
-    helper (see :func:`_reduce_row_overload`).  ``o`` and ``j`` are overwritten."""
+    helper (see the module's doc).  ``o`` and ``j`` are overwritten."""
     for f in range(count):
         q = fixes[f]
         rest = q
@@ -398,7 +317,7 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
         windows go by :func:`_edge_scans`; LANES the elements a position holds: 1 for
         channels-first planes, C for channels-last ones (then neither ladder nor edge scans)
     long_windows : None where the tables ask for neither ladder nor edge scans, else True:
-        the kernel compiled for None has no code for them (see :func:`_reduce_row_overload`)
+        the kernel compiled for None has no code for them (see the module's doc)
     """
     u = np.uint64
     rank = axes.shape[1]
@@ -485,9 +404,52 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
                 src = row
                 e = 0
             if lanes == 1:
-                reduce_row(y_flat, to, src, e, first_last, lo_last, hi_last, k, s, d, out,
-                           uncut_lo, uncut_hi, empty_value, ladder, edge_scans, width,
-                           long_windows)
+                # The row along the last axis (see the module's note on what is written out
+                # here): the uncut outputs tap by tap, then the cut ones.
+                cut_lo, cut_hi = uncut_lo, uncut_hi
+                count = uncut_hi - uncut_lo
+                if count <= 0:
+                    cut_lo = cut_hi = out
+                laddered = False
+                if long_windows is not None:
+                    if count > 0 and ladder.size > 0:
+                        _ladder(y_flat, to + uncut_lo, src, e + first_last[uncut_lo], count,
+                                s, k, d, ladder)
+                        laddered = True
+                if count > 0 and not laddered:
+                    at = e + first_last[uncut_lo]
+                    where = to + uncut_lo
+                    # A loop per stride LLVM is told as a constant, and at strides 1 and 2 one
+                    # for the common 3-tap window (see _stride_loop).
+                    if s == 1:
+                        if d == 1 and k == 3:
+                            _stride_loop(y_flat, where, src, at, count, 1, 3, 1)
+                        else:
+                            _stride_loop(y_flat, where, src, at, count, 1, k, d)
+                    elif s == 2:
+                        if d == 1 and k == 3:
+                            _stride_loop(y_flat, where, src, at, count, 2, 3, 1)
+                        else:
+                            _stride_loop(y_flat, where, src, at, count, 2, k, d)
+                    elif s == 3:
+                        _stride_loop(y_flat, where, src, at, count, 3, k, d)
+                    elif s == 4:
+                        _stride_loop(y_flat, where, src, at, count, 4, k, d)
+                    else:
+                        _stride_loop(y_flat, where, src, at, count, s, k, d)
+                scanned = False
+                if long_windows is not None:
+                    if edge_scans:
+                        _edge_scans(y_flat, to, src, e, first_last, lo_last, hi_last, out,
+                                    cut_lo, cut_hi, width)
+                        scanned = True
+                if not scanned:
+                    for cut in range(cut_lo):
+                        _cut_window(y_flat, to + cut, src, e + first_last[cut] + lo_last[cut] * d,
+                                    hi_last[cut] - lo_last[cut], d, empty_value)
+                    for cut in range(cut_hi, out):
+                        _cut_window(y_flat, to + cut, src, e + first_last[cut] + lo_last[cut] * d,
+                                    hi_last[cut] - lo_last[cut], d, empty_value)
             else:
                 _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, out, lanes,
                               empty_value, tap_at)
