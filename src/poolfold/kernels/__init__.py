@@ -9,9 +9,26 @@ caller's core where that helps, :mod:`.notices` says when numba compiles a kerne
 from __future__ import annotations
 
 import numba
+from numba import types
+from numba.core.imputils import impl_ret_borrowed
+from numba.extending import intrinsic
 
 # The decorator of a kernel's helpers, which only other kernels call: numba then builds none
 # of the wrappers that let Python call a compiled function (argument unboxing and a C entry
 # point), less code for LLVM to optimise on a first call (measured: 10-20% of the MaxPool
 # kernels' first compile).
 helper = numba.njit(cache=True, nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+
+
+@intrinsic
+def read_only(typingctx, array):
+    """``array`` typed read-only, the same array: a helper that reads either a kernel's input
+    (always read-only, see :func:`poolfold.ops._common.kernel_input`) or the kernel's own
+    scratch then compiles once, not once per kind (seconds per type and kernel)."""
+    if not isinstance(array, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return impl_ret_borrowed(context, builder, signature.return_type, args[0])
+
+    return array.copy(readonly=True)(array), codegen

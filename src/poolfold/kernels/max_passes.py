@@ -43,7 +43,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from . import helper
+from . import helper, read_only
 from .folds import (fill, fill_column, fold, fold_column, fold_rows, fold_strided_rows,
                     fold_word_rows, prefix_runs, suffix_runs)
 from .lanes import from_lanes, lane_count, to_lanes
@@ -482,7 +482,8 @@ def max_passes(x, y, indices, words, axes, taps, setup, empty_value, start, stop
         for a in range(rank):
             units *= extent[a]
         side = 0  # the stage half the next pass writes
-        src_phases = 1
+        # int64, not the literal 1: numba would compile _run_pass for the literal too
+        src_phases = np.int64(1)
         inner = channels
         block = 0
         for a in range(last, -1, -1):
@@ -535,13 +536,14 @@ def max_passes(x, y, indices, words, axes, taps, setup, empty_value, start, stop
                     _nchw_positions(base, size, plane_size, channels,
                                     stage_at[(1 - side) * capacity:])
                 _run_pass(flat[base:base + size], _tail(stage_at, (1 - side) * capacity),
-                          units, extent[a], inner, 1, first, lo, hi, k, s, d, axes[UNCUT_LO, a],
-                          axes[UNCUT_HI, a], shift, o_b, o_e, run, run_at, van_herk, dst,
-                          dst_at, row_targets, at_base, starts, empty_value)
+                          units, extent[a], inner, src_phases, first, lo, hi, k, s, d,
+                          axes[UNCUT_LO, a], axes[UNCUT_HI, a], shift, o_b, o_e, run, run_at,
+                          van_herk, dst, dst_at, row_targets, at_base, starts, empty_value)
             else:
                 there = (1 - side) * capacity
-                _run_pass(stage[there:there + capacity], _tail(stage_at, there), units,
-                          extent[a], inner, src_phases, first, lo, hi, k, s, d,
+                # read-only, as x is above: one compile of _run_pass serves both
+                _run_pass(read_only(stage[there:there + capacity]), _tail(stage_at, there),
+                          units, extent[a], inner, src_phases, first, lo, hi, k, s, d,
                           axes[UNCUT_LO, a], axes[UNCUT_HI, a], shift, o_b, o_e, run, run_at,
                           van_herk, dst, dst_at, row_targets, at_base, starts, empty_value)
             src_phases = 1 if a == 0 or axes[VAN_HERK, a - 1] else axes[STRIDE, a - 1]

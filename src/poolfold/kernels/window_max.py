@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from . import helper
+from . import helper, read_only
 
 from .odometer import next_in_ranges, next_in_shape
 from .ordering import is_nan, order_key
@@ -746,13 +746,13 @@ def window_max_separable(x, y, indices, first, lo, hi, in_shape, out_shape, kern
                            starts, slot, cut, cut_count, plane_offset + slab_at)
             side = 0
             for a in range(last - 1, 0, -1):
-                _axis_pass(values[side], _rows_of(positions, side), values[1 - side],
+                _axis_pass(read_only(values[side]), _rows_of(positions, side), values[1 - side],
                            _rows_of(positions, 1 - side), size, a, strides[a], first, lo, hi,
                            in_shape[a], kernel, dilations, starts, slot, cut, cut_count,
                            np.int64(-1))
                 side = 1 - side
             if rank > 1:  # the first axis
-                src = values[side]
+                src = read_only(values[side])  # the helpers then compile as for x
                 src_index = _rows_of(positions, side)
                 rows_in = r_hi - r_lo
                 spare = rows_in  # staged rows of the cut windows, in flat mode
