@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 TESTS = Path(__file__).resolve().parent
@@ -26,6 +27,7 @@ settings.load_profile("poolfold")
 os.environ["POOLFOLD_BACKGROUND_COMPILE"] = "0"
 
 
+@pytest.hookimpl(trylast=True)  # after -k and --deselect have left out what they leave out
 def pytest_collection_modifyitems(config, items):
     """Start the bounds-checked run (test_fuzz_boundscheck.py) in the background as soon as
     it is known to be wanted, so that it compiles on the core the main run leaves idle."""
