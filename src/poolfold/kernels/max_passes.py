@@ -175,15 +175,19 @@ def _van_herk(src, src_at, unit_at, n, inner, first, lo, hi, k, s, d, flat_lo, f
     streams, a suffix's and a prefix's (a window that is one whole block is its suffix and its
     prefix both, and folding a tap with itself keeps it)."""
     suffix = n * inner
+    # int64 tap counts, not literals: fold then compiles once for every count
+    one, two = np.int64(1), np.int64(2)
     prefix_runs(run, run_at, src, src_at, unit_at, n, inner, k, d)
     suffix_runs(run, run_at, suffix, src, src_at, unit_at, n, inner, k, d)
+    runs = read_only(run)  # read as the passes read their source: one compile of fold
     flat = s == 1 and flat_lo < flat_hi
     if flat:
         a = first[flat_lo] - shift
         here[0] = suffix + a * inner
         here[1] = (a + (k - 1) * d) * inner
         at = (flat_lo - o_b) * inner
-        fold(dst, dst_at, to + at, to_at + at, run, run_at, here, 2, (flat_hi - flat_lo) * inner)
+        fold(dst, dst_at, to + at, to_at + at, runs, run_at, here, two,
+             (flat_hi - flat_lo) * inner)
     for o in range(o_b, o_e):
         if flat and flat_lo <= o < flat_hi:
             continue
@@ -196,10 +200,10 @@ def _van_herk(src, src_at, unit_at, n, inner, first, lo, hi, k, s, d, flat_lo, f
         if (a // d) // k != (b // d) // k:  # across two blocks: a's suffix, then b's prefix
             here[0] = suffix + a * inner
             here[1] = b * inner
-            fold(dst, dst_at, to + at, to_at + at, run, run_at, here, 2, inner)
+            fold(dst, dst_at, to + at, to_at + at, runs, run_at, here, two, inner)
         else:  # one block: from its start (a prefix) or to the axis's end (a suffix)
             here[0] = b * inner if (a // d) % k == 0 else suffix + a * inner
-            fold(dst, dst_at, to + at, to_at + at, run, run_at, here, 1, inner)
+            fold(dst, dst_at, to + at, to_at + at, runs, run_at, here, one, inner)
 
 
 @helper
@@ -260,9 +264,10 @@ def _lanes_pass(x, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi, sh
         to_lanes(x, base + g * n, group, n, lanes, lanes_at, phases)
         result = starts[2, :1]  # where _run_pass puts the lanes' outputs
         result[0] = lane_capacity
-        _run_pass(lanes, lanes_at, 1, n, width, phases, first, lo, hi, k, s, d, uncut_lo,
-                  uncut_hi, shift, o_b, o_e, run, run_at, van_herk, lanes, lanes_at, result, 0,
-                  starts, empty_value)
+        # the lanes read as the passes read x: the folds compile once for both
+        _run_pass(read_only(lanes), lanes_at, 1, n, width, phases, first, lo, hi, k, s, d,
+                  uncut_lo, uncut_hi, shift, o_b, o_e, run, run_at, van_herk, lanes, lanes_at,
+                  result, 0, starts, empty_value)
         from_lanes(lanes[lane_capacity:], _tail(lanes_at, lane_capacity), outputs, group, dst,
                    dst_at, targets[g:g + group], targets[g:g + group])
 
