@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 
 import ml_dtypes
+import numba
 import numpy as np
 import pytest
 from onnx import helper
@@ -311,3 +312,35 @@ def test_read_only_input_reuses_the_compiled_kernels(op, dtype):
     after = _compiled_signatures()
     grown = {k: after[k] - before.get(k, set()) for k in after if after[k] - before.get(k, set())}
     assert not grown, grown
+
+
+# Helpers that read the input (read-only) in one pass and the kernel's scratch in the next:
+# the kernels hand them the scratch through poolfold.kernels.read_only, so each compiles
+# once per type, not once for each kind of source.
+SCRATCH_READERS = ("max_passes._run_pass", "max_passes._van_herk", "folds.fold",
+                   "window_max._axis_pass", "window_max._first_max_rows")
+
+
+def test_helpers_reading_input_and_scratch_compile_once():
+    from poolfold.ops.max_pool import PASSES, SEPARABLE, forced_kernel
+
+    x = np.random.default_rng(4).standard_normal((1, 2, 9, 40)).astype(np.float32)
+    for kernel in (PASSES, SEPARABLE):  # a long last-axis window: van Herk runs and lanes
+        with forced_kernel(kernel):
+            y, indices = poolfold.max_pool(x, [3, 9], strides=[2, 1], return_indices=True)
+        want = oracle.max_pool(x, [3, 9], strides=[2, 1])
+        np.testing.assert_array_equal(y, want[0])
+        np.testing.assert_array_equal(indices, want[1])
+    compiled = _compiled_signatures()
+    signatures = {name: compiled.get(name, set()) for name in SCRATCH_READERS}
+    if not any(signatures.values()):
+        pytest.skip("the kernels came from numba's cache: their helpers were not compiled here")
+    for name, found in signatures.items():
+        # signatures that differ only in which arrays may be written
+        kinds = {}
+        for signature in found:
+            key = tuple(t.copy(readonly=True) if isinstance(t, numba.types.Array) else t
+                        for t in signature)
+            kinds.setdefault(key, []).append(signature)
+        twins = [group for group in kinds.values() if len(group) > 1]
+        assert not twins, (name, twins)
