@@ -227,9 +227,9 @@ def test_lp_pool(case):
     oracle.assert_within_bound(got, want, info, case.dtype, "lp")
 
 
-# Every fourth case again, on the kernel path the default choice did not take: the direct
-# per-output sums (small channels-first windows) and the separable passes each meet the
-# oracle whatever window they are given.
+# Every fourth case again, on the kernel path the default choice did not take: the row sums
+# (windows of up to a few dozen taps) and the separable passes each meet the oracle whatever
+# window they are given.
 SWAPPED_CASES = [("average", c) for c in AVERAGE_CASES[::4] if c.dtype != F64] + [
     ("lp", c) for c in LP_CASES[::4] if c.dtype != F64]
 
@@ -239,12 +239,20 @@ SWAPPED_CASES = [("average", c) for c in AVERAGE_CASES[::4] if c.dtype != F64] +
 def test_other_kernel_path(kind, case, monkeypatch):
     from poolfold.ops import averaging
 
-    chosen = averaging.takes_direct_sums
-    monkeypatch.setattr(averaging, "takes_direct_sums",
-                        lambda plan, dtype, kind, p, one_channel, running: (
-                            one_channel and np.dtype(dtype).itemsize <= 4
-                            and not averaging.is_scaled(kind, dtype, p) and not any(running)
-                            and not chosen(plan, dtype, kind, p, one_channel, running)))
+    chosen = averaging.takes_row_sums
+    decisions = []
+
+    def other_path(plan, dtype, kind, p):
+        rows = (np.dtype(dtype).itemsize <= 4 and not averaging.is_scaled(kind, dtype, p)
+                and (kind == "average" or p in (1.0, 2.0)) and not chosen(plan, dtype, kind, p))
+        decisions.append(rows)
+        return rows
+
+    ran = []
+    kernel = averaging.window_rows
+    monkeypatch.setattr(averaging, "takes_row_sums", other_path)
+    monkeypatch.setattr(averaging, "window_rows",
+                        lambda *args: ran.append(True) or kernel(*args))
     x = case.data()
     if kind == "lp":
         want, info = oracle.lp_pool(x, case.kernel, p=case.p, **case.geometry)
@@ -256,6 +264,8 @@ def test_other_kernel_path(kind, case, monkeypatch):
         got = poolfold.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
                                     **case.geometry)
     oracle.assert_within_bound(got, want, info, case.dtype, kind)
+    # the row kernel ran exactly where the swapped choice asked for it (inputs with elements)
+    assert bool(ran) == (any(decisions) and x.size > 0 and got.size > 0), (decisions, ran)
 
 
 def test_average_pool_defaults():

@@ -78,8 +78,9 @@ GEOMETRIES_2D = [
     dict(kernel_shape=[2, 3], strides=[3, 2], auto_pad="VALID"),
     dict(kernel_shape=[2, 2], strides=[2, 2], pads=[3, 3, 3, 3], dilations=[3, 2]),  # empty
     dict(kernel_shape=[3, 4], strides=[2, 3], pads=[0, 2, 0, 0], ceil_mode=1),  # overhang
-    dict(kernel_shape=[10, 16], pads=[5, 8, 5, 8]),  # running sums on both axes (float32)
-    dict(kernel_shape=[2, 16], pads=[0, 8, 1, 8], dilations=[2, 1], ceil_mode=1),  # the last
+    # windows too large for the row sums: running sums on both axes (float32), on the last
+    dict(kernel_shape=[25, 16], pads=[12, 8, 12, 8]),
+    dict(kernel_shape=[2, 70], pads=[0, 35, 1, 35], dilations=[2, 1], ceil_mode=1),
 ]
 SHAPE_2D = (2, 2, 9, 10)
 CHUNKS_2D = [(1, 1, 1, 1), (1, 2, 2, 3), (2, (1, 1), (4, 1, 4), (2, 5, 3)), SHAPE_2D]
@@ -149,7 +150,7 @@ def test_rank_1_and_3():
                 got = chunked(da.from_array(x3, chunks=chunks), **kw, **extra)
                 assert_same(got.compute(**THREADS), in_memory(x3, **kw, **extra))
     x3 = data((1, 2, 8, 5, 9), seed=4)  # float32: running sums on the last two axes
-    kw = dict(kernel_shape=[2, 6, 16], pads=[1, 3, 8, 0, 2, 8])
+    kw = dict(kernel_shape=[2, 13, 70], pads=[1, 6, 35, 0, 6, 35])
     got = pdask.average_pool(da.from_array(x3, chunks=(1, 1, 3, 2, 4)), **kw)
     assert len(got.chunks[2]) > 1 and got.chunks[3:] == ((5,), (10,))
     assert_same(got.compute(**THREADS), poolfold.average_pool(x3, **kw))
@@ -200,29 +201,29 @@ def test_running_sums_keep_axes_whole_and_match_bits():
     x = np.concatenate([[2.0 ** 100], rng.random(59) * 2.0 ** 40, rng.random(340) + 0.5])
     x = x.astype(np.float32).reshape(1, 1, 400)
     spec = schema.resolve("AveragePool", None)
-    plan = resolve_plan(spec, x.shape, [16], None, None, None, "NOTSET", 0)
+    plan = resolve_plan(spec, x.shape, [80], None, None, None, "NOTSET", 0)
     assert running_sum_axes(plan, np.float32, "average") == (True,)
-    expected = poolfold.average_pool(x, [16])
-    got = pdask.average_pool(da.from_array(x, chunks=(1, 1, 100)), [16])
-    assert got.chunks[2] == (385,)
+    expected = poolfold.average_pool(x, [80])
+    got = pdask.average_pool(da.from_array(x, chunks=(1, 1, 100)), [80])
+    assert got.chunks[2] == (321,)
     assert_same(got.compute(**THREADS), expected)
     # A non-finite value at the row's end stays in the windows that hold it.
     x[0, 0, 399] = np.inf
-    assert_same(pdask.average_pool(da.from_array(x, chunks=(1, 1, 7)), [16]).compute(**THREADS),
-                poolfold.average_pool(x, [16]))
+    assert_same(pdask.average_pool(da.from_array(x, chunks=(1, 1, 7)), [80]).compute(**THREADS),
+                poolfold.average_pool(x, [80]))
     # A direct axis before a running one stays chunked; 2-D rows of the running pass whole.
-    x2 = data((1, 2, 12, 40), seed=6, spread=40)
+    x2 = data((1, 2, 12, 100), seed=6, spread=40)
     x2[0, 1, 5, 30] = -np.inf
-    for kw in (dict(kernel_shape=[3, 16], pads=[1, 0, 1, 0]),
-               dict(kernel_shape=[8, 3], strides=[1, 2], pads=[4, 0, 4, 0])):
+    for kw in (dict(kernel_shape=[3, 70], pads=[1, 0, 1, 0]),
+               dict(kernel_shape=[30, 3], strides=[1, 2], pads=[15, 0, 15, 0])):
         for op in ("avg1", "lp3"):
             in_memory, chunked, extra = WINDOWED[op]
             got = chunked(da.from_array(x2, chunks=(1, 1, 5, 9)), **kw, **extra)
             assert_same(got.compute(**THREADS), in_memory(x2, **kw, **extra))
         assert len(got.chunks[3]) == 1
     x2 = da.from_array(x2, chunks=(1, 1, 5, 9))
-    assert pdask.average_pool(x2, [3, 16]).chunks[2:] == (
-        pdask.max_pool(x2, [3, 16]).chunks[2], (25,))
+    assert pdask.average_pool(x2, [3, 70]).chunks[2:] == (
+        pdask.max_pool(x2, [3, 70]).chunks[2], (31,))
 
 
 def test_float64_average_of_subnormals():
@@ -247,15 +248,16 @@ def test_nhwc_with_activation_and_channel_blocks():
         kw = dict(kernel_shape=[3, 3], strides=[1, 2], pads=[1, 1, 0, 1], ceil_mode=1, p=p)
         got = pdask.nhwc.lp_pool(da.from_array(x, chunks=(1, 2, 3, 4)), **kw)
         assert_same(got.compute(**THREADS), poolfold.nhwc.lp_pool(x, **kw))
-    # Running sums over 80 channels: the in-memory items take 64 of them; C chunks of 30 and
-    # 70 are cut at 64 so that each slab's items are the whole tensor's.
+    # Running sums over 80 channels (a window too large for the row sums): the in-memory
+    # items take 64 of them; C chunks of 30 and 70 are cut at 64 so that each slab's items
+    # are the whole tensor's.
     xc = data((1, 8, 9, 80), np.float16, seed=8, spread=12)
-    kw = dict(kernel_shape=[6, 6], pads=[2, 2, 3, 3], activation="HardSigmoid",
+    kw = dict(kernel_shape=[30, 6], pads=[15, 2, 14, 3], activation="HardSigmoid",
               activation_params=[0.2, 0.5])
     got = pdask.nhwc.average_pool(da.from_array(xc, chunks=(1, 3, 4, (70, 10))), **kw)
     assert got.chunks[-1] == (64, 16)
     assert_same(got.compute(**THREADS), poolfold.nhwc.average_pool(xc, **kw))
-    kw = dict(kernel_shape=[6, 6], pads=[2, 2, 3, 3], p=2)
+    kw = dict(kernel_shape=[30, 6], pads=[15, 2, 14, 3], p=2)
     got = pdask.nhwc.lp_pool(da.from_array(xc, chunks=(1, 3, 4, (30, 50))), **kw)
     assert got.chunks[-1] == (80,)
     assert_same(got.compute(**THREADS), poolfold.nhwc.lp_pool(xc, **kw))

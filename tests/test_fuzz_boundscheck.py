@@ -117,25 +117,30 @@ def test_window_cut_by_the_end():
 
 # ------------------------------------------------------------------ the averaging family
 
-# The paths of poolfold.kernels.window_sum that no case of test_average_family.py takes
-# with float32 data: long stride-1 windows (running sums) for each term kind and both
-# layouts, short strided ones (each output's taps summed directly), and LpPool's scaled
-# sums for a p past 7.  float32 only, so that the bounds-checked run compiles few
-# signatures.  (shape, kernel, strides, op, p): shape (N, C, D) as the oracle takes it;
-# "nhwc." ops get it channels-last.
+# The paths of poolfold.kernels.window_sum and window_rows that no case of
+# test_average_family.py takes with float32 data: long stride-1 windows (running sums) for
+# each term kind and both layouts, the separable passes adding each output's taps, the row
+# sums (strided and not, both layouts, cut windows at both ends), and LpPool's scaled sums
+# for a p past 7.  float32 only, so that the bounds-checked run compiles few signatures.
+# (shape, kernel, strides, op, p): shape (N, C, D) as the oracle takes it; "nhwc." ops get
+# it channels-last.
 WINDOW_SUM_PATHS = [
-    ((1, 1, 200), [40], [1], "average", None),  # running sums, one element per position
-    ((1, 1, 200), [40], [1], "lp", 1),
-    ((1, 1, 200), [40], [1], "lp", 2),
-    ((1, 1, 200), [40], [1], "lp", 3),
-    ((1, 1, 200), [40], [1], "lp", 9),  # scaled sums
-    ((1, 3, 200), [40], [1], "nhwc.average", None),  # running sums over runs of channels
-    ((1, 3, 200), [40], [1], "nhwc.lp", 1),
-    ((1, 3, 200), [40], [1], "nhwc.lp", 9),
-    ((2, 2, 9, 9), [3, 3], [1, 1], "average", None),  # separable passes, planes grouped
+    ((1, 1, 300), [80], [1], "average", None),  # running sums, one element per position
+    ((1, 1, 300), [80], [1], "lp", 1),
+    ((1, 1, 300), [80], [1], "lp", 2),
+    ((1, 1, 300), [80], [1], "lp", 3),
+    ((1, 1, 300), [80], [1], "lp", 9),  # scaled sums
+    ((1, 3, 300), [80], [1], "nhwc.average", None),  # running sums over runs of channels
+    ((1, 3, 300), [80], [1], "nhwc.lp", 1),
+    ((1, 3, 300), [80], [1], "nhwc.lp", 9),
+    ((2, 2, 9, 9), [3, 3], [1, 1], "lp", 3),  # separable passes, planes grouped
     ((1, 3, 9, 9), [3, 3], [1, 1], "nhwc.lp", 3),
-    ((2, 1, 50), [3], [2], "average", None),  # each output's taps summed directly
     ((2, 1, 50), [3], [2], "lp", 3),
+    ((2, 2, 9, 9), [3, 3], [1, 1], "average", None),  # row sums
+    ((2, 2, 9, 9), [3, 2], [2, 3], "lp", 2),
+    ((2, 1, 50), [3], [2], "average", None),
+    ((1, 3, 9, 9), [3, 3], [1, 1], "nhwc.average", None),
+    ((1, 3, 9, 9), [2, 3], [3, 2], "nhwc.lp", 1),
 ]
 
 

@@ -1,4 +1,6 @@
-"""Sums over pooling windows: the kernels of AveragePool, LpPool and the global pools.
+"""Sums over pooling windows: the kernels of AveragePool, LpPool and the global pools,
+but for small and medium windows of plain sums, which :mod:`poolfold.kernels.window_rows`
+takes one row of outputs at a time.
 
 A window is a box, so its sum is separable: :func:`window_sums` reduces one spatial axis at
 a time, from the last to the first, each pass reading the previous one's float64 results
@@ -793,82 +795,3 @@ def _plane_winner(row, keys, size, order):
         key = k ^ ((k >> shift) & mask)
         first = min(first, q if key == high or key == other else size)
     return first
-
-
-@_kernel
-def window_sums_direct(x, y, axes, taps, inverse, mode, mark, p, start, stop):
-    """Small windows over channels-first planes ``[start, stop)``, each output summing its
-    own taps: for each row of outputs along the last axis, each in-bounds tap of the other
-    axes adds one input row's taps into a float64 row in cache (the uncut outputs tap by
-    tap across the row, in loops that vectorise), and the row is stored scaled by the
-    divisors' ``inverse`` (AVERAGE) or to the power 1/p (ROOT).  No plane-sized
-    intermediate: for windows of a few taps this reads X once and writes Y once.  A
-    window's taps are added in row-major order, so its value depends on its values alone."""
-    rank = axes.shape[1]
-    last = rank - 1
-    size = _plane_size(axes, N)
-    outputs = _plane_size(axes, OUT)
-    out_last = axes[OUT, last]
-    rows_out = outputs // out_last
-    acc = np.empty(out_last, np.float64)
-    position = np.zeros(rank, np.int64)  # output position along the outer axes
-    tap = np.zeros(rank, np.int64)  # tap index along the outer axes
-    in_strides = np.ones(rank, np.int64)
-    for a in range(rank - 2, -1, -1):
-        in_strides[a] = in_strides[a + 1] * axes[N, a + 1]
-    first_l, lo_l, hi_l = taps[0, last], taps[1, last], taps[2, last]
-    s_l, d_l = axes[STRIDE, last], axes[DILATION, last]
-    u0, u1 = axes[UNCUT_LO, last], axes[UNCUT_HI, last]
-    for plane in range(start, stop):
-        base = plane * size
-        for r in range(rows_out):
-            # decode the outer output position (row-major)
-            rem = r
-            for a in range(rank - 2, -1, -1):
-                position[a] = rem % axes[OUT, a]
-                rem //= axes[OUT, a]
-            for o in range(out_last):
-                acc[o] = 0.0
-            empty = False
-            for a in range(rank - 1):
-                tap[a] = taps[1, a, position[a]]
-                if tap[a] >= taps[2, a, position[a]]:
-                    empty = True
-            while not empty:
-                row = base
-                for a in range(rank - 1):
-                    row += (taps[0, a, position[a]] + tap[a] * axes[DILATION, a]) * in_strides[a]
-                # the last axis: the uncut outputs tap by tap, the cut ones one by one
-                if u1 > u0:
-                    count = u1 - u0
-                    for j in range(hi_l[u0]):
-                        _add(acc, None, u0, x, row + first_l[u0] + j * d_l, count, s_l, mark,
-                             p)
-                for o in range(0, u0):
-                    for j in range(lo_l[o], hi_l[o]):
-                        acc[o] += _term(widen(x[row + first_l[o] + j * d_l]), mark, p)
-                for o in range(max(u0, u1), out_last):
-                    for j in range(lo_l[o], hi_l[o]):
-                        acc[o] += _term(widen(x[row + first_l[o] + j * d_l]), mark, p)
-                # next combination of outer taps (odometer, last outer axis fastest)
-                a = rank - 2
-                while a >= 0:
-                    tap[a] += 1
-                    if tap[a] < taps[2, a, position[a]]:
-                        break
-                    tap[a] = taps[1, a, position[a]]
-                    a -= 1
-                if a < 0:
-                    break
-            target = y[plane * outputs + r * out_last:plane * outputs + (r + 1) * out_last]
-            if mode == AVERAGE:
-                q = inverse[r * out_last:(r + 1) * out_last]
-                for o in range(out_last):
-                    target[o] = narrow_to(acc[o] * q[o], target)
-            elif p == 2.0:
-                for o in range(out_last):
-                    target[o] = narrow_to(np.sqrt(acc[o]), target)
-            else:
-                root = 1.0 / p
-                for o in range(out_last):
-                    target[o] = narrow_to(acc[o] ** root, target)

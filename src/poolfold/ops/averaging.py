@@ -24,8 +24,8 @@ from ..kernels.threads import kernel_threads, launch_split, split_parts
 from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RUN_SUFFIX,
                                   ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
                                   global_max, term_marker, plane_sums, scaled_plane_sums,
-                                  scaled_window_sums, window_sums,
-                                  window_sums_direct)
+                                  scaled_window_sums, window_sums)
+from ..kernels.window_rows import window_rows
 from ..memory import allocate, check_size, check_table
 from ._common import activate, as_tensor, flag, kernel_input
 from .layout import channels_last_order, is_channels_last, nchw_order
@@ -125,26 +125,26 @@ def is_scaled(kind: str, dtype: np.dtype, p: float) -> bool:
     return kind == "lp" and (np.dtype(dtype).itemsize > 4 or p > PLAIN_LP_MAX_P)
 
 
-# Channels-first windows of at most this many taps are summed output by output
-# (window_sums_direct): one read of X, no plane-sized intermediate.  Measured, one thread,
-# float32, (8, 64, 56, 56) on a busy host: 2x2 at stride 2 in 1.4-1.9 ms against the
-# separable passes' 3.1-3.3, 3x3 at stride 2 2.6-3.8 against 4.9-8.6, 1x3 at stride 1 3.4
-# against 9.2; but 3x3 at stride 1 14-16 against 7-12: at stride 1 each of the other
-# axes' taps re-reads a row of X, where the passes reuse a row's sums.
-DIRECT_MAX_TAPS = 16
+# Windows of at most this many taps along the last axis, and on the other axes together, are
+# summed one row of outputs at a time (window_rows): X read (outer taps / outer strides)
+# times, no plane-sized intermediate.  Measured, one thread, float32, (4, 16, 256, 256)
+# stride 1: 7x7 in about a fifth of the separable passes' time, 15x15 in about a third;
+# beyond, the taps of the other axes re-read X too often and the running sums win.
+ROW_MAX_LAST_TAPS = 64
+ROW_MAX_OUTER_TAPS = 24
 
 
-def takes_direct_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float,
-                      one_channel: bool, running: tuple[bool, ...]) -> bool:
-    """Whether :func:`pool_windows` sums each output's taps directly (see
-    DIRECT_MAX_TAPS): channels-first, plain float64 sums of a narrower type, a small
-    window that strides along the last axis or has at most two taps on the others, no
-    running sums.  Depends on the window and the type alone, never on the size
-    of the tensor: a slab of it (poolfold.dask) takes the same path."""
-    small = math.prod(plan.kernel) <= DIRECT_MAX_TAPS
-    skipping = plan.strides[-1] >= 2 or math.prod(plan.kernel[:-1]) <= 2
-    return (one_channel and np.dtype(dtype).itemsize <= 4 and not is_scaled(kind, dtype, p)
-            and small and skipping and not any(running))
+def takes_row_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float) -> bool:
+    """Whether :func:`pool_windows` sums row by row (:func:`window_rows`): plain float64
+    sums of a type of at most 4 bytes (float64 inputs take the compensated passes, whose
+    sums never overflow), of the values, |x| or x^2 (a power per re-read would cost more
+    than the passes' one per element), over a window small enough (ROW_MAX_*_TAPS).
+    Depends on the window and the type alone, never on the size of the tensor or its
+    layout: a slab of it (poolfold.dask) takes the same path."""
+    return (np.dtype(dtype).itemsize <= 4 and not is_scaled(kind, dtype, p)
+            and (kind == "average" or p in (1.0, 2.0))
+            and plan.kernel[-1] <= ROW_MAX_LAST_TAPS
+            and math.prod(plan.kernel[:-1]) <= ROW_MAX_OUTER_TAPS)
 
 
 def running_sum_axes(plan: WindowPlan, dtype: np.dtype, kind: str, p: float = 2.0,
@@ -155,7 +155,8 @@ def running_sum_axes(plan: WindowPlan, dtype: np.dtype, kind: str, p: float = 2.
     value anywhere in a row turns the whole row to direct adds: poolfold.dask keeps such
     axes whole.  ``one_channel``: one element per position (channels-first, or one
     channel), whose last axis's rows are single elements."""
-    if np.dtype(dtype).itemsize == 8 or is_scaled(kind, dtype, p):
+    if (np.dtype(dtype).itemsize == 8 or is_scaled(kind, dtype, p)
+            or takes_row_sums(plan, dtype, kind, p)):
         return (False,) * plan.rank
     last = plan.rank - 1
     return tuple(uses_running_sums(n, out, k, single=a == last and one_channel)
@@ -257,6 +258,13 @@ def _check_scratch(label, plan: WindowPlan, block: int, pairs: bool) -> None:
         check_table(label, "the scaled sums' scratch", (4 * largest,), np.float64)
 
 
+def _check_row_scratch(label, plan: WindowPlan, channels: int) -> None:
+    """Bound window_rows' scratch (one input row and one output row, float64) before any
+    work."""
+    check_table(label, "the row sums' scratch",
+                ((plan.in_shape[-1] + plan.out_shape[-1]) * channels,), np.float64)
+
+
 def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: bool, kind: str,
                  count_include_pad: int = 0, p: float = 2.0, *,
                  running: tuple[bool, ...] | None = None,
@@ -286,6 +294,18 @@ def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: boo
         else:
             y[...] = per_position.reshape((1, 1) + plan.out_shape)
         return y
+    xs = kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(layout.outer, -1))
+    ys = dtypes.value_view(y).reshape(layout.outer, -1)
+    work = x.size + y.size * 4
+    mode, transform = _sum_mode("average" if average else "lp", p)
+    if not any(running) and takes_row_sums(plan, x.dtype, kind, p):
+        _check_row_scratch(label, plan, layout.channels)
+        rows = layout.outer * (math.prod(plan.out_shape) // plan.out_shape[-1])
+        launch_split(window_rows, rows, xs.reshape(-1), ys.reshape(-1), tables.axes,
+                     tables.taps, tables.inverse, layout.channels, mode,
+                     term_marker(transform), float(p),
+                     parts=split_parts(rows, work, kernel_threads()))
+        return y
     block = channel_block_for(plan, layout.channels) if channel_block is None else min(
         channel_block, layout.channels)
     scaled = is_scaled(kind, x.dtype, p)
@@ -293,22 +313,12 @@ def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: boo
     _check_scratch(label, plan, block * group, scaled)
     blocks = -(-layout.channels // block)
     items = layout.outer * blocks if layout.channels > 1 else -(-layout.outer // group)
-    xs = kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(layout.outer, -1))
-    ys = dtypes.value_view(y).reshape(layout.outer, -1)
-    work = x.size + y.size * 4
     parts = split_parts(items, work, kernel_threads())
     if scaled:
         launch_split(scaled_window_sums, items, xs, ys, tables.axes, tables.taps,
                      layout.channels, block, float(p), parts=parts)
         return y
-    mode, transform = _sum_mode("average" if average else "lp", p)
     wide = x.dtype.itemsize == 8
-    if takes_direct_sums(plan, x.dtype, kind, p, layout.channels == 1, running):
-        parts = split_parts(layout.outer, work, kernel_threads())
-        launch_split(window_sums_direct, layout.outer, xs.reshape(-1), ys.reshape(-1),
-                     tables.axes, tables.taps, tables.inverse, mode, term_marker(transform),
-                     float(p), parts=parts)
-        return y
     # float64 averages are divided axis by axis (a float64 sum may overflow where the
     # average does not), and summed with compensation
     axis_counts = tables.axis_counts if average and wide else None

@@ -1,0 +1,169 @@
+"""Sums over small and medium pooling windows, one row of outputs at a time.
+
+For each row of outputs along the last spatial axis, the kernel first adds, into one float64
+row in cache, the input rows that the window's other axes tap (the vertical sum: whole
+contiguous rows, in loops that vectorise), then sums each output's taps along that row (the
+horizontal sum) and stores ``sum / divisor`` or ``sum ** (1/p)`` in Y's type.  X is read
+about (taps on the other axes / their strides) times, Y written once; no plane-sized
+intermediate, and no pass that re-reads what another wrote.
+
+Both layouts take the same loops: a position is ``channels`` contiguous elements (1 for
+channels-first), so a channels-last row is its positions' channel runs end to end and the
+horizontal sum adds runs of channels.  A work item is one output row of one outer index
+(N*C for channels-first, N for channels-last), so a single large plane still splits across
+threads.
+
+Each window's sum adds its own values only, always in the same order (the outer axes' taps
+in row-major order into each position, then the positions in order), so an output depends
+on its window's values alone: poolfold.dask pools any slab of the tensor to the same bits.
+float16 and bfloat16 are widened in registers; the sums are float64 (the contract's float32
+or wider), so no sum of float32 values overflows and the error stays far inside the bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .half import narrow_to
+from .window_sum import (AVERAGE, DILATION, KERNEL, N, OUT, STRIDE, UNCUT_HI, UNCUT_LO,
+                         _kernel, _plane_size, _term, widen)
+
+
+@_kernel
+def window_rows(x, y, axes, taps, inverse, channels, mode, mark, p, start, stop):
+    """Output rows ``[start, stop)`` of ``x`` and ``y`` (flat; per outer index, ``size *
+    channels`` and ``outputs * channels`` elements, Y's in its own element type): row ``i``
+    is outer ``i // rows`` and output row ``i % rows`` (row-major over every axis but the
+    last).  ``inverse`` holds each output position's 1/divisor (AVERAGE); otherwise the
+    store takes the p-th root.  ``mark`` (:func:`window_sum.term_marker`) selects what is
+    added of each element.
+
+    Every loop indexes whole arrays with unsigned offsets: no slice per row (each costs
+    reference counts, which for rows of a few dozen elements cost more than their sums),
+    no negative-index checks, and the contiguous loops vectorise."""
+    rank = axes.shape[1]
+    last = rank - 1
+    size = _plane_size(axes, N) * channels
+    outputs = _plane_size(axes, OUT)
+    out_last = axes[OUT, last]
+    rows = outputs // out_last
+    width = np.uint64(channels)
+    row_length = np.uint64(axes[N, last] * channels)
+    out_length = np.uint64(out_last * channels)
+    acc = np.empty(row_length, np.float64)
+    sums = np.empty(out_length, np.float64)
+    position = np.zeros(rank, np.int64)  # the output row's position along the outer axes
+    tap = np.zeros(rank, np.int64)  # the tap being added along the outer axes
+    in_strides = np.zeros(rank, np.int64)  # elements between positions along each axis
+    in_strides[last] = channels
+    for a in range(last - 1, -1, -1):
+        in_strides[a] = in_strides[a + 1] * axes[N, a + 1]
+    first, lo, hi = taps[0, last], taps[1, last], taps[2, last]
+    k, d = axes[KERNEL, last], axes[DILATION, last]
+    s = np.uint64(axes[STRIDE, last])
+    u0, u1 = axes[UNCUT_LO, last], axes[UNCUT_HI, last]
+    uncut = np.uint64(max(0, u1 - u0))
+    root = 1.0 / p
+    for item in range(start, stop):
+        outer = item // rows
+        r = item % rows
+        rem = r
+        for a in range(last - 1, -1, -1):
+            position[a] = rem % axes[OUT, a]
+            rem //= axes[OUT, a]
+        # The vertical sum: every in-bounds combination of the outer axes' taps, in
+        # row-major order, the first assigned.
+        empty = False
+        for a in range(last):
+            tap[a] = taps[1, a, position[a]]
+            if tap[a] >= taps[2, a, position[a]]:
+                empty = True
+        if empty:
+            for i in range(row_length):
+                acc[i] = 0.0
+        assign = True
+        while not empty:
+            row = outer * size
+            for a in range(last):
+                row += (taps[0, a, position[a]] + tap[a] * axes[DILATION, a]) * in_strides[a]
+            at = np.uint64(row)
+            if assign:
+                for i in range(row_length):
+                    acc[i] = _term(widen(x[at + i]), mark, p)
+                assign = False
+            else:
+                for i in range(row_length):
+                    acc[i] += _term(widen(x[at + i]), mark, p)
+            a = last - 1  # the next combination (odometer, the last outer axis fastest)
+            while a >= 0:
+                tap[a] += 1
+                if tap[a] < taps[2, a, position[a]]:
+                    break
+                tap[a] = taps[1, a, position[a]]
+                a -= 1
+            if a < 0:
+                break
+        # The horizontal sum: the uncut outputs tap by tap across the row (the first tap
+        # assigned), then the cut ones (padding, the axis's ends) one by one, taps in order.
+        if uncut > 0:
+            o0 = np.uint64(u0) * width
+            for j in range(k):
+                t0 = np.uint64((first[u0] + j * d) * channels)
+                if channels == 1 and s != 1:  # single elements, strided
+                    if j == 0:
+                        for i in range(uncut):
+                            sums[o0 + i] = acc[t0 + i * s]
+                    else:
+                        for i in range(uncut):
+                            sums[o0 + i] += acc[t0 + i * s]
+                elif s == 1:  # consecutive outputs read consecutive runs: one loop
+                    if j == 0:
+                        for i in range(uncut * width):
+                            sums[o0 + i] = acc[t0 + i]
+                    else:
+                        for i in range(uncut * width):
+                            sums[o0 + i] += acc[t0 + i]
+                else:  # runs of channels, strided
+                    for u in range(uncut):
+                        src = t0 + u * s * width
+                        dst = o0 + u * width
+                        if j == 0:
+                            for c in range(width):
+                                sums[dst + c] = acc[src + c]
+                        else:
+                            for c in range(width):
+                                sums[dst + c] += acc[src + c]
+        for o in range(out_last):
+            if u0 <= o < u1:
+                continue
+            dst = np.uint64(o) * width
+            if hi[o] <= lo[o]:
+                for c in range(width):
+                    sums[dst + c] = 0.0
+                continue
+            for j in range(lo[o], hi[o]):
+                src = np.uint64((first[o] + j * d) * channels)
+                if j == lo[o]:
+                    for c in range(width):
+                        sums[dst + c] = acc[src + c]
+                else:
+                    for c in range(width):
+                        sums[dst + c] += acc[src + c]
+        # The store, in Y's type.
+        base = np.uint64(outer * outputs * channels + r * out_last * channels)
+        if mode == AVERAGE:
+            q0 = np.uint64(r * out_last)
+            if channels == 1:
+                for o in range(out_length):
+                    y[base + o] = narrow_to(sums[o] * inverse[q0 + o], y)
+            else:
+                for o in range(np.uint64(out_last)):
+                    q = inverse[q0 + o]
+                    for c in range(width):
+                        y[base + o * width + c] = narrow_to(sums[o * width + c] * q, y)
+        elif p == 2.0:
+            for i in range(out_length):
+                y[base + i] = narrow_to(np.sqrt(sums[i]), y)
+        else:
+            for i in range(out_length):
+                y[base + i] = narrow_to(sums[i] ** root, y)
