@@ -30,12 +30,13 @@ from .window_sum import (AVERAGE, DILATION, KERNEL, N, OUT, STRIDE, UNCUT_HI, UN
 
 
 @_kernel
-def window_rows(x, y, axes, taps, inverse, channels, mode, mark, p, start, stop):
+def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, stop):
     """Output rows ``[start, stop)`` of ``x`` and ``y`` (flat; per outer index, ``size *
     channels`` and ``outputs * channels`` elements, Y's in its own element type): row ``i``
     is outer ``i // rows`` and output row ``i % rows`` (row-major over every axis but the
-    last).  ``inverse`` holds each output position's 1/divisor (AVERAGE); otherwise the
-    store takes the p-th root.  ``mark`` (:func:`window_sum.term_marker`) selects what is
+    last).  ``axis_inverse[a, o]`` is 1 / the count of the window's taps along axis a at
+    output o (AVERAGE: the divisor's inverse is their product, taken per row, so that no
+    plane-sized table is read beside X); otherwise the store takes the p-th root.  ``mark`` (:func:`window_sum.term_marker`) selects what is
     added of each element.
 
     Every loop indexes whole arrays with unsigned offsets: no slice per row (each costs
@@ -133,32 +134,34 @@ def window_rows(x, y, axes, taps, inverse, channels, mode, mark, p, start, stop)
                         else:
                             for c in range(width):
                                 sums[dst + c] += acc[src + c]
-        for o in range(out_last):
-            if u0 <= o < u1:
-                continue
-            dst = np.uint64(o) * width
-            if hi[o] <= lo[o]:
-                for c in range(width):
-                    sums[dst + c] = 0.0
-                continue
-            for j in range(lo[o], hi[o]):
-                src = np.uint64((first[o] + j * d) * channels)
-                if j == lo[o]:
+        for side in range(2):  # before the uncut run, then after it (not a test per output)
+            for o in range(0 if side == 0 else max(u0, u1), u0 if side == 0 else out_last):
+                dst = np.uint64(o) * width
+                if hi[o] <= lo[o]:
                     for c in range(width):
-                        sums[dst + c] = acc[src + c]
-                else:
-                    for c in range(width):
-                        sums[dst + c] += acc[src + c]
+                        sums[dst + c] = 0.0
+                    continue
+                for j in range(lo[o], hi[o]):
+                    src = np.uint64((first[o] + j * d) * channels)
+                    if j == lo[o]:
+                        for c in range(width):
+                            sums[dst + c] = acc[src + c]
+                    else:
+                        for c in range(width):
+                            sums[dst + c] += acc[src + c]
         # The store, in Y's type.
         base = np.uint64(outer * outputs * channels + r * out_last * channels)
         if mode == AVERAGE:
-            q0 = np.uint64(r * out_last)
+            row_scale = 1.0
+            for a in range(last):
+                row_scale *= axis_inverse[a, position[a]]
+            scale = axis_inverse[last]
             if channels == 1:
                 for o in range(out_length):
-                    y[base + o] = narrow_to(sums[o] * inverse[q0 + o], y)
+                    y[base + o] = narrow_to(sums[o] * (row_scale * scale[o]), y)
             else:
                 for o in range(np.uint64(out_last)):
-                    q = inverse[q0 + o]
+                    q = row_scale * scale[o]
                     for c in range(width):
                         y[base + o * width + c] = narrow_to(sums[o * width + c] * q, y)
         elif p == 2.0:

@@ -99,6 +99,7 @@ class WindowTables(NamedTuple):
     divisor: np.ndarray  # float64 per output position (AveragePool), or a dummy
     axis_counts: np.ndarray  # (rank, width) float64: the per-axis factors of the divisor
     inverse: np.ndarray  # 1 / divisor (inf for an empty window), what the kernels multiply by
+    axis_inverse: np.ndarray  # (rank, width) 1 / axis_counts: the divisor's inverse, per axis
 
 
 # A pass runs on van Herk partial sums where windows overlap this much: each output then
@@ -205,9 +206,10 @@ def window_tables(plan: WindowPlan, divisor: str | None,
     tap_table = np.stack([taps.first, taps.lo, taps.hi, _running_cases(plan, running)])
     with np.errstate(divide="ignore"):
         inverse = 1.0 / table
-    for array in (axes, tap_table, table, axis_counts, inverse):
+        axis_inverse = 1.0 / axis_counts
+    for array in (axes, tap_table, table, axis_counts, inverse, axis_inverse):
         array.flags.writeable = False
-    return WindowTables(axes, tap_table, table, axis_counts, inverse)
+    return WindowTables(axes, tap_table, table, axis_counts, inverse, axis_inverse)
 
 
 def _running_cases(plan: WindowPlan, running) -> np.ndarray:
@@ -302,7 +304,7 @@ def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: boo
         _check_row_scratch(label, plan, layout.channels)
         rows = layout.outer * (math.prod(plan.out_shape) // plan.out_shape[-1])
         launch_split(window_rows, rows, xs.reshape(-1), ys.reshape(-1), tables.axes,
-                     tables.taps, tables.inverse, layout.channels, mode,
+                     tables.taps, tables.axis_inverse, layout.channels, mode,
                      term_marker(transform), float(p),
                      parts=split_parts(rows, work, kernel_threads()))
         return y
