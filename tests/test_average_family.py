@@ -374,6 +374,21 @@ def test_average_pool_no_spurious_overflow(dtype, value):
                                dtype, "average")
     want, info = oracle.global_average_pool(x)
     oracle.assert_within_bound(poolfold.global_average_pool(x), want, info, dtype, "average")
+    # Channels-last, and a row whose other windows hold small values, inf and NaN: the
+    # float32 row sums redo only the windows that overflowed, the others keep their values.
+    x = np.full((1, 2, 3, 40), 1.5, dtype=dtype)
+    x[0, :, :, 3:6] = value
+    x[0, 1, 1, 20] = np.inf
+    x[0, 0, 2, 30] = np.nan
+    x[0, 0, 0, 35], x[0, 0, 1, 36] = np.inf, -np.inf
+    want, info = oracle.average_pool(x, [3, 3], pads=[1, 1, 1, 1])
+    assert np.isfinite(want[0, :, :, 2:7]).all()
+    oracle.assert_within_bound(poolfold.average_pool(x, [3, 3], pads=[1, 1, 1, 1]), want, info,
+                               dtype, "average")
+    if dtype != BF16:  # the nhwc domain has no bfloat16 AveragePool
+        got = poolfold.nhwc.average_pool(np.moveaxis(x, 1, -1).copy(), [3, 3],
+                                         pads=[1, 1, 1, 1])
+        oracle.assert_within_bound(np.moveaxis(got, -1, 1), want, info, dtype, "average")
 
 
 # --------------------------------------------------------------------------------------------

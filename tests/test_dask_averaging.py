@@ -226,6 +226,19 @@ def test_running_sums_keep_axes_whole_and_match_bits():
         pdask.max_pool(x2, [3, 70]).chunks[2], (31,))
 
 
+def test_slab_without_input_has_the_kernels_nan():
+    """A chunk whose windows all lie in the padding reads no input: its empty windows' NaN
+    (count_include_pad 0) is the one the kernels' 0 * (1 / 0) gives, sign included (found
+    by test_hypothesis: a quiet NaN of the other sign)."""
+    x = data((1, 3, 2, 4, 3), seed=5, spread=20)
+    kw = dict(kernel_shape=[2, 4, 1], strides=[2, 3, 3], dilations=[2, 2, 1],
+              pads=[5, 1, 4, 0, 3, 1])
+    expected = poolfold.average_pool(x, **kw)
+    assert np.isnan(expected).any()
+    got = pdask.average_pool(da.from_array(x, chunks=(1, (1, 2), 1, (3, 1), (2, 1))), **kw)
+    assert_same(got.compute(**THREADS), expected)
+
+
 def test_float64_average_of_subnormals():
     rng = np.random.default_rng(0)
     x = rng.integers(1, 50, (1, 4, 12)) * 5e-324  # multiples of the smallest subnormal

@@ -16,17 +16,82 @@ threads.
 Each window's sum adds its own values only, always in the same order (the outer axes' taps
 in row-major order into each position, then the positions in order), so an output depends
 on its window's values alone: poolfold.dask pools any slab of the tensor to the same bits.
-float16 and bfloat16 are widened in registers; the sums are float64 (the contract's float32
-or wider), so no sum of float32 values overflows and the error stays far inside the bound.
+float16 and bfloat16 are widened in registers.  Averages are summed in float32, as the
+contract allows (any order of float32 additions of a window's own values stays within its
+bound, |V| u max|x|, once divided by the divisor): half the bytes and twice the lanes of
+float64.  A float32 sum may overflow where the average does not, so an output whose sum is
+not finite is summed again in float64 from its window's taps (the IEEE answer when X holds
+inf or NaN, the right one when the sum only overflowed).  LpPool's |x| and x^2 are summed
+in float64, whose range holds them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .half import narrow_to
+from numba import types
+from numba.extending import overload
+
+from .half import HALF_BITS, as_float32, narrow_to
 from .window_sum import (AVERAGE, DILATION, KERNEL, N, OUT, STRIDE, UNCUT_HI, UNCUT_LO,
-                         _kernel, _plane_size, _term, widen)
+                         _helper, _kernel, _plane_size, _term, widen)
+
+
+def _accumulator(length, mark):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(_accumulator)
+def _accumulator_overload(length, mark):
+    """Scratch for ``length`` sums of the terms ``mark`` selects: float32 for values
+    (AveragePool), float64 for |x| and x^2 (LpPool, whose powers leave float32's range)."""
+    if mark.dtype == types.int8:
+        return lambda length, mark: np.empty(length, np.float32)
+    return lambda length, mark: np.empty(length, np.float64)
+
+
+def _row_term(raw, mark, p):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(_row_term)
+def _row_term_overload(raw, mark, p):
+    """An element's term in the accumulator's type (see :func:`_accumulator`)."""
+    if mark.dtype == types.int8:
+        if raw in HALF_BITS:
+            return lambda raw, mark, p: as_float32(raw)
+        return lambda raw, mark, p: np.float32(raw)
+    return lambda raw, mark, p: _term(widen(raw), mark, p)
+
+
+@_helper
+def _window_sum64(x, row0, position, tap, taps, axes, in_strides, o, c, channels):
+    """The sum of output o's window (channel c; outer axes at ``position``), in float64 and
+    in the window's tap order: the fallback for a float32 sum that is not finite.  ``tap``
+    is scratch of the rank's length."""
+    last = axes.shape[1] - 1
+    for a in range(last):
+        tap[a] = taps[1, a, position[a]]
+        if tap[a] >= taps[2, a, position[a]]:
+            return 0.0
+    first, lo, hi = taps[0, last, o], taps[1, last, o], taps[2, last, o]
+    d = axes[DILATION, last]
+    total = 0.0
+    while True:
+        row = row0 + c
+        for a in range(last):
+            row += (taps[0, a, position[a]] + tap[a] * axes[DILATION, a]) * in_strides[a]
+        for j in range(lo, hi):
+            total += widen(x[row + (first + j * d) * channels])
+        a = last - 1
+        while a >= 0:
+            tap[a] += 1
+            if tap[a] < taps[2, a, position[a]]:
+                break
+            tap[a] = taps[1, a, position[a]]
+            a -= 1
+        if a < 0:
+            return total
 
 
 @_kernel
@@ -51,8 +116,8 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
     width = np.uint64(channels)
     row_length = np.uint64(axes[N, last] * channels)
     out_length = np.uint64(out_last * channels)
-    acc = np.empty(row_length, np.float64)
-    sums = np.empty(out_length, np.float64)
+    acc = _accumulator(row_length, mark)
+    sums = _accumulator(out_length, mark)
     position = np.zeros(rank, np.int64)  # the output row's position along the outer axes
     tap = np.zeros(rank, np.int64)  # the tap being added along the outer axes
     in_strides = np.zeros(rank, np.int64)  # elements between positions along each axis
@@ -90,11 +155,11 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
             at = np.uint64(row)
             if assign:
                 for i in range(row_length):
-                    acc[i] = _term(widen(x[at + i]), mark, p)
+                    acc[i] = _row_term(x[at + i], mark, p)
                 assign = False
             else:
                 for i in range(row_length):
-                    acc[i] += _term(widen(x[at + i]), mark, p)
+                    acc[i] += _row_term(x[at + i], mark, p)
             a = last - 1  # the next combination (odometer, the last outer axis fastest)
             while a >= 0:
                 tap[a] += 1
@@ -164,6 +229,17 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
                     q = row_scale * scale[o]
                     for c in range(width):
                         y[base + o * width + c] = narrow_to(sums[o * width + c] * q, y)
+            # float32 sums that are not finite: again in float64 (see the module doc)
+            finite = True
+            for i in range(out_length):
+                finite &= (sums[i] - sums[i]) == 0  # inf - inf and NaN - NaN are NaN
+            if not finite:
+                for i in range(out_length):
+                    if (sums[i] - sums[i]) != 0:
+                        o = np.int64(i // width)
+                        total = _window_sum64(x, outer * size, position, tap, taps, axes,
+                                              in_strides, o, np.int64(i % width), channels)
+                        y[base + i] = narrow_to(total * (row_scale * scale[o]), y)
         elif p == 2.0:
             for i in range(out_length):
                 y[base + i] = narrow_to(np.sqrt(sums[i]), y)

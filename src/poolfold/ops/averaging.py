@@ -288,8 +288,12 @@ def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: boo
         running = running_sum_axes(plan, x.dtype, kind, p, layout.channels == 1)
     tables = window_tables(plan, divisor, running)
     if math.prod(plan.in_shape) == 0:  # every window empty: 0 / divisor, or LpPool's 0
-        values = (np.where(tables.divisor > 0, 0.0, np.nan) if average
-                  else np.zeros(math.prod(plan.out_shape)))
+        # 0 * (1 / divisor): NaN where the divisor is 0, the NaN the kernels' multiplication
+        # gives (its sign is the CPU's), so that a slab of the tensor that holds no input
+        # (poolfold.dask) has the bits the whole tensor's kernel gives
+        with np.errstate(invalid="ignore"):
+            values = (0.0 * tables.inverse if average
+                      else np.zeros(math.prod(plan.out_shape)))
         per_position = values.astype(x.dtype)
         if channels_last:
             y[...] = per_position.reshape((1,) + plan.out_shape + (1,))
