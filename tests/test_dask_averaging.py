@@ -239,6 +239,20 @@ def test_slab_without_input_has_the_kernels_nan():
     assert_same(got.compute(**THREADS), expected)
 
 
+def test_rows_summed_in_blocks_match_rows_summed_alone():
+    """In memory, output rows at stride 1 are summed in blocks of consecutive rows; a slab
+    that cuts the axis before the last between them sums fewer rows per block, or one at a
+    time.  Every output keeps its bits (a cut window's float32 sum once took float64 in the
+    blocks: the last bit of one output differed)."""
+    x = data((2, 3, 2, 6, 8), seed=0, spread=20)
+    kw = dict(kernel_shape=[4, 5, 4], strides=[3, 1, 1], dilations=[1, 1, 2],
+              pads=[4, 0, 0, 5, 4, 2], ceil_mode=1)
+    expected = poolfold.average_pool(x, **kw)
+    for chunks in ((2, 3, 2, (3, 3), 8), (2, 3, (1, 1), (1, 2, 3), (5, 1, 1, 1))):
+        got = pdask.average_pool(da.from_array(x, chunks=chunks), **kw)
+        assert_same(got.compute(**THREADS), expected)
+
+
 def test_float64_average_of_subnormals():
     rng = np.random.default_rng(0)
     x = rng.integers(1, 50, (1, 4, 12)) * 5e-324  # multiples of the smallest subnormal

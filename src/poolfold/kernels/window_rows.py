@@ -116,8 +116,15 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
     width = np.uint64(channels)
     row_length = np.uint64(axes[N, last] * channels)
     out_length = np.uint64(out_last * channels)
-    acc = _accumulator(row_length, mark)
-    sums = _accumulator(out_length, mark)
+    # Output rows whose windows along the axis before the last are whole, at stride 1 along
+    # both axes, are taken up to block_rows at a time (see _store_block): for short rows,
+    # the loops' own costs then count once per block instead of once per row.
+    block_rows = 1
+    if (channels == 1 and rank >= 2 and axes[STRIDE, last - 1] == 1 and axes[STRIDE, last] == 1
+            and out_last <= axes[N, last]):
+        block_rows = max(1, BLOCK_ELEMENTS // axes[N, last])
+    acc = _accumulator(row_length * np.uint64(block_rows), mark)
+    sums = _accumulator(max(out_length, row_length * np.uint64(block_rows)), mark)
     position = np.zeros(rank, np.int64)  # the output row's position along the outer axes
     tap = np.zeros(rank, np.int64)  # the tap being added along the outer axes
     in_strides = np.zeros(rank, np.int64)  # elements between positions along each axis
@@ -130,13 +137,20 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
     u0, u1 = axes[UNCUT_LO, last], axes[UNCUT_HI, last]
     uncut = np.uint64(max(0, u1 - u0))
     root = 1.0 / p
-    for item in range(start, stop):
+    item = start
+    while item < stop:
         outer = item // rows
         r = item % rows
         rem = r
         for a in range(last - 1, -1, -1):
             position[a] = rem % axes[OUT, a]
             rem //= axes[OUT, a]
+        count = 1  # output rows in this block: consecutive along the axis before the last
+        if block_rows > 1:
+            b = position[last - 1]
+            if axes[UNCUT_LO, last - 1] <= b < axes[UNCUT_HI, last - 1]:
+                count = min(block_rows, axes[UNCUT_HI, last - 1] - b, stop - item)
+        span = row_length * np.uint64(count)  # their input rows are consecutive: one run
         # The vertical sum: every in-bounds combination of the outer axes' taps, in
         # row-major order, the first assigned.
         empty = False
@@ -145,7 +159,7 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
             if tap[a] >= taps[2, a, position[a]]:
                 empty = True
         if empty:
-            for i in range(row_length):
+            for i in range(span):
                 acc[i] = 0.0
         assign = True
         while not empty:
@@ -154,11 +168,11 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
                 row += (taps[0, a, position[a]] + tap[a] * axes[DILATION, a]) * in_strides[a]
             at = np.uint64(row)
             if assign:
-                for i in range(row_length):
+                for i in range(span):
                     acc[i] = _row_term(x[at + i], mark, p)
                 assign = False
             else:
-                for i in range(row_length):
+                for i in range(span):
                     acc[i] += _row_term(x[at + i], mark, p)
             a = last - 1  # the next combination (odometer, the last outer axis fastest)
             while a >= 0:
@@ -169,13 +183,33 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
                 a -= 1
             if a < 0:
                 break
+        if count > 1:
+            _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides,
+                         outer * size, outer * outputs + r * out_last, count, mode, p)
+            item += count
+            continue
         # The horizontal sum: the uncut outputs tap by tap across the row (the first tap
         # assigned), then the cut ones (padding, the axis's ends) one by one, taps in order.
         if uncut > 0:
             o0 = np.uint64(u0) * width
             for j in range(k):
                 t0 = np.uint64((first[u0] + j * d) * channels)
-                if channels == 1 and s != 1:  # single elements, strided
+                if channels == 1 and s == 2:  # single elements, strided: a constant
+                    # stride lets LLVM load the row as interleaved vectors and shuffle
+                    if j == 0:
+                        for i in range(uncut):
+                            sums[o0 + i] = acc[t0 + i * np.uint64(2)]
+                    else:
+                        for i in range(uncut):
+                            sums[o0 + i] += acc[t0 + i * np.uint64(2)]
+                elif channels == 1 and s == 3:
+                    if j == 0:
+                        for i in range(uncut):
+                            sums[o0 + i] = acc[t0 + i * np.uint64(3)]
+                    else:
+                        for i in range(uncut):
+                            sums[o0 + i] += acc[t0 + i * np.uint64(3)]
+                elif channels == 1 and s != 1:
                     if j == 0:
                         for i in range(uncut):
                             sums[o0 + i] = acc[t0 + i * s]
@@ -246,3 +280,87 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
         else:
             for i in range(out_length):
                 y[base + i] = narrow_to(sums[i] ** root, y)
+        item += 1
+
+
+# Elements of input rows taken in one block of output rows (see window_rows): a few rows of
+# the core's first-level cache, with the sums beside them.
+BLOCK_ELEMENTS = 2048
+
+
+@_helper
+def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides, x_at,
+                 y_at, count, mode, p):
+    """Outputs of ``count`` consecutive rows (channels-first, stride 1 along the last two
+    axes, windows whole along the one before the last) from ``acc``, their vertical sums
+    end to end (row t at ``t * n``).  An uncut output o of row t adds ``acc[t * n +
+    first[u0] + (o - u0) + j * d]``: for every row at once, one loop per tap over the run,
+    written to ``sums[t * n + o]``; the run's positions between rows hold sums across the
+    rows' seam, which no output keeps.  The cut outputs (at most a window's width at each
+    end) are summed one by one into the seam's places: with out_last <= n each row's
+    outputs then lie at ``sums[t * n:t * n + out_last]``, stored by one loop per row."""
+    last = axes.shape[1] - 1
+    n = axes[N, last]
+    out_last = axes[OUT, last]
+    first, lo, hi = taps[0, last], taps[1, last], taps[2, last]
+    k, d = axes[KERNEL, last], axes[DILATION, last]
+    u0, u1 = axes[UNCUT_LO, last], axes[UNCUT_HI, last]
+    if u1 > u0:
+        run = np.uint64((count - 1) * n + u1 - u0)
+        o0 = np.uint64(u0)
+        for j in range(k):
+            t0 = np.uint64(first[u0] + j * d)
+            if j == 0:
+                for i in range(run):
+                    sums[o0 + i] = acc[t0 + i]
+            else:
+                for i in range(run):
+                    sums[o0 + i] += acc[t0 + i]
+    for t in range(count):
+        row = t * n
+        for side in range(2):  # before the uncut run, then after it
+            for o in range(0 if side == 0 else max(u0, u1), u0 if side == 0 else out_last):
+                if hi[o] <= lo[o]:
+                    sums[row + o] = 0.0
+                    continue
+                total = acc[row + first[o] + lo[o] * d]  # in the sums' type, as they add
+                for j in range(lo[o] + 1, hi[o]):
+                    total += acc[row + first[o] + j * d]
+                sums[row + o] = total
+    b0 = position[last - 1]
+    if mode == AVERAGE:
+        row_scale = 1.0
+        for a in range(last):
+            row_scale *= axis_inverse[a, position[a]]
+        scale = axis_inverse[last]
+        for t in range(count):
+            at = np.uint64(t * n)
+            to = np.uint64(y_at + t * out_last)
+            for o in range(np.uint64(out_last)):
+                y[to + o] = narrow_to(sums[at + o] * (row_scale * scale[o]), y)
+        # float32 sums that are not finite: again in float64 (see the module doc)
+        finite = True
+        for i in range(np.uint64((count - 1) * n + out_last)):
+            finite &= (sums[i] - sums[i]) == 0
+        if not finite:
+            for t in range(count):
+                position[last - 1] = b0 + t
+                for o in range(out_last):
+                    v = sums[t * n + o]
+                    if (v - v) != 0:
+                        total = _window_sum64(x, x_at, position, tap, taps, axes, in_strides,
+                                              o, 0, 1)
+                        y[y_at + t * out_last + o] = narrow_to(
+                            total * (row_scale * scale[o]), y)
+            position[last - 1] = b0
+        return
+    root = 1.0 / p
+    for t in range(count):
+        at = np.uint64(t * n)
+        to = np.uint64(y_at + t * out_last)
+        if p == 2.0:
+            for o in range(np.uint64(out_last)):
+                y[to + o] = narrow_to(np.sqrt(sums[at + o]), y)
+        else:
+            for o in range(np.uint64(out_last)):
+                y[to + o] = narrow_to(sums[at + o] ** root, y)
