@@ -49,6 +49,21 @@ AVERAGE, ROOT, AS_IS = 0, 1, 2
 VALUE, ABS, SQUARE, POWER = 0, 1, 2, 3
 
 
+def as_float32_value(value):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(as_float32_value)
+def _as_float32_value(value):
+    """A float32, float16 or bfloat16 element (the last two as bits) as a float32; a
+    float64 stays one (its sums never take this path, but the kernels compile it)."""
+    if value in HALF_BITS:
+        return lambda value: as_float32(value)
+    if value == types.float64:
+        return lambda value: value
+    return lambda value: np.float32(value)
+
+
 def widen(value):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
@@ -643,32 +658,41 @@ _reassociating = njit(cache=True, nogil=True, no_cpython_wrapper=True, no_cfunc_
 
 
 @_reassociating
-def _plane_total(row, size, transform, p):
+def _plane_total(x, i, size, transform, p):
+    """The sum of plane i's terms (x indexed in place: a view of the row would cost its
+    reference counts, as much as summing a small plane)."""
     total = 0.0
     if transform == VALUE:
+        # in float32, twice the lanes of float64 (the contract's accumulator): a sum that
+        # is not finite is added again in float64 (it overflowed, or X holds inf or NaN)
+        narrow = np.float32(0.0)
         for q in range(size):
-            total += widen(row[q])
+            narrow += as_float32_value(x[i, q])
+        if np.isfinite(narrow):
+            return np.float64(narrow)
+        for q in range(size):
+            total += widen(x[i, q])
     elif transform == SQUARE:
         for q in range(size):
-            v = widen(row[q])
+            v = widen(x[i, q])
             total += v * v
     elif transform == ABS:
         for q in range(size):
-            total += abs(widen(row[q]))
+            total += abs(widen(x[i, q]))
     else:
         for q in range(size):
-            total += abs(widen(row[q])) ** p
+            total += abs(widen(x[i, q])) ** p
     return total
 
 
 @_helper
-def _compensated_plane_total(row, size, scale, mark, p):
+def _compensated_plane_total(x, i, size, scale, mark, p):
     """Neumaier's sum of a float64 plane's terms times ``scale``, in order (an average's terms
     divided first: its sum never exceeds the largest |x|, where the plain sum may overflow)."""
     total = 0.0
     correction = 0.0
     for q in range(size):
-        t = _term(widen(row[q]), mark, p) * scale
+        t = _term(widen(x[i, q]), mark, p) * scale
         s = total + t
         if abs(total) >= abs(t):
             correction += (total - s) + t
@@ -686,12 +710,12 @@ def plane_sums(x, y, size, mode, transform, mark, p, compensated, start, stop):
     for i in range(start, stop):
         if compensated:
             scale = 1.0 / size if mode == AVERAGE else 1.0
-            value = _compensated_plane_total(x[i], size, scale, mark, p)
+            value = _compensated_plane_total(x, i, size, scale, mark, p)
             if mode == ROOT:
                 value = np.sqrt(value) if p == 2.0 else value ** (1.0 / p)
             y[i] = narrow_to(value, y)
             continue
-        total = _plane_total(x[i], size, transform, p)
+        total = _plane_total(x, i, size, transform, p)
         if mode == AVERAGE:
             value = total / size
         elif p == 2.0:
@@ -745,27 +769,26 @@ def global_max(x, keys, y, size, channels, order, start, stop):
     best = np.empty(channels, np.float64)
     winner = np.empty(channels, np.int64)
     for i in range(start, stop):
-        row = x[i]
         if channels == 1:
-            y[i, 0] = row[_plane_winner(row, keys[i], size, order)]
+            y[i, 0] = x[i, _plane_winner(x, keys, i, size, order)]
             continue
         for c in range(channels):
-            best[c] = widen(row[c])
+            best[c] = widen(x[i, c])
             winner[c] = c
         for q in range(1, size):
             at = q * channels
             for c in range(channels):
-                v = widen(row[at + c])
+                v = widen(x[i, at + c])
                 if v > best[c] or (v != v and best[c] == best[c]):
                     best[c] = v
                     winner[c] = at + c
         for c in range(channels):
-            y[i, c] = row[winner[c]]
+            y[i, c] = x[i, winner[c]]
 
 
 @_helper
-def _plane_winner(row, keys, size, order):
-    """The position of a plane's largest value (the first of equal ones), or of its first
+def _plane_winner(x, keys, i, size, order):
+    """The position of plane i's largest value (the first of equal ones), or of its first
     NaN.  IEEE floats sort as their bits read as sign-magnitude integers: ``k ^ ((k >>
     shift) & mask)`` turns a signed view of the bits into keys that sort as the values, NaNs
     beyond the infinities.  The largest and smallest key come from integer loops that
@@ -775,13 +798,13 @@ def _plane_winner(row, keys, size, order):
     high = bottom - 1
     low = top + 1
     for q in range(size):
-        k = np.int64(keys[q])
+        k = np.int64(keys[i, q])
         key = k ^ ((k >> shift) & mask)
         high = max(high, key)
         low = min(low, key)
     if high > top or low < bottom:  # a NaN: the first one wins
         for q in range(size):
-            v = widen(row[q])
+            v = widen(x[i, q])
             if v != v:
                 return q
     # The first element equal to the largest value, as a minimum reduction over the whole
@@ -791,7 +814,7 @@ def _plane_winner(row, keys, size, order):
     other = -1 if high == 0 else high
     first = size
     for q in range(size):
-        k = np.int64(keys[q])
+        k = np.int64(keys[i, q])
         key = k ^ ((k >> shift) & mask)
         first = min(first, q if key == high or key == other else size)
     return first
