@@ -37,17 +37,18 @@ from .window_sum import (AVERAGE, DILATION, KERNEL, N, OUT, STRIDE, UNCUT_HI, UN
                          _helper, _kernel, _plane_size, _term, widen)
 
 
-def _accumulator(length, mark):  # pragma: no cover - replaced by the overload inside numba
+def _accumulator(length, mark, x):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
 
 @overload(_accumulator)
-def _accumulator_overload(length, mark):
-    """Scratch for ``length`` sums of the terms ``mark`` selects: float32 for values
-    (AveragePool), float64 for |x| and x^2 (LpPool, whose powers leave float32's range)."""
-    if mark.dtype == types.int8:
-        return lambda length, mark: np.empty(length, np.float32)
-    return lambda length, mark: np.empty(length, np.float64)
+def _accumulator_overload(length, mark, x):
+    """Scratch for ``length`` sums of the terms ``mark`` selects: float32 for the values of
+    a narrower type (AveragePool), float64 for float64 values and for |x| and x^2 (LpPool,
+    whose powers leave float32's range)."""
+    if mark.dtype == types.int8 and x.dtype != types.float64:
+        return lambda length, mark, x: np.empty(length, np.float32)
+    return lambda length, mark, x: np.empty(length, np.float64)
 
 
 def _row_term(raw, mark, p):  # pragma: no cover - replaced by the overload inside numba
@@ -57,7 +58,7 @@ def _row_term(raw, mark, p):  # pragma: no cover - replaced by the overload insi
 @overload(_row_term)
 def _row_term_overload(raw, mark, p):
     """An element's term in the accumulator's type (see :func:`_accumulator`)."""
-    if mark.dtype == types.int8:
+    if mark.dtype == types.int8 and raw != types.float64:
         if raw in HALF_BITS:
             return lambda raw, mark, p: as_float32(raw)
         return lambda raw, mark, p: np.float32(raw)
@@ -65,10 +66,12 @@ def _row_term_overload(raw, mark, p):
 
 
 @_helper
-def _window_sum64(x, row0, position, tap, taps, axes, in_strides, o, c, channels):
-    """The sum of output o's window (channel c; outer axes at ``position``), in float64 and
-    in the window's tap order: the fallback for a float32 sum that is not finite.  ``tap``
-    is scratch of the rank's length."""
+def _window_sum64(x, row0, position, tap, taps, axes, in_strides, o, c, channels, shrink):
+    """The sum of output o's window (channel c; outer axes at ``position``) times
+    ``shrink``, in float64 and in the window's tap order: the fallback for a sum that is not
+    finite.  ``shrink``, a power of two no larger than 1 / the window's taps, keeps a sum of
+    float64 values in range (exact: values that large are far from the subnormals).
+    ``tap`` is scratch of the rank's length."""
     last = axes.shape[1] - 1
     for a in range(last):
         tap[a] = taps[1, a, position[a]]
@@ -82,7 +85,7 @@ def _window_sum64(x, row0, position, tap, taps, axes, in_strides, o, c, channels
         for a in range(last):
             row += (taps[0, a, position[a]] + tap[a] * axes[DILATION, a]) * in_strides[a]
         for j in range(lo, hi):
-            total += widen(x[row + (first + j * d) * channels])
+            total += widen(x[row + (first + j * d) * channels]) * shrink
         a = last - 1
         while a >= 0:
             tap[a] += 1
@@ -92,6 +95,18 @@ def _window_sum64(x, row0, position, tap, taps, axes, in_strides, o, c, channels
             a -= 1
         if a < 0:
             return total
+
+
+@_helper
+def _shrink(axes):
+    """A power of two no larger than 1 / the taps of a whole window (see _window_sum64)."""
+    taps = 1
+    for a in range(axes.shape[1]):
+        taps *= axes[KERNEL, a]
+    shrink = 1.0
+    while shrink * taps > 1.0:
+        shrink *= 0.5
+    return shrink
 
 
 @_kernel
@@ -123,8 +138,9 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
     if (channels == 1 and rank >= 2 and axes[STRIDE, last - 1] == 1 and axes[STRIDE, last] == 1
             and out_last <= axes[N, last]):
         block_rows = max(1, BLOCK_ELEMENTS // axes[N, last])
-    acc = _accumulator(row_length * np.uint64(block_rows), mark)
-    sums = _accumulator(max(out_length, row_length * np.uint64(block_rows)), mark)
+    acc = _accumulator(row_length * np.uint64(block_rows), mark, x)
+    sums = _accumulator(max(out_length, row_length * np.uint64(block_rows)), mark, x)
+    shrink = _shrink(axes)
     position = np.zeros(rank, np.int64)  # the output row's position along the outer axes
     tap = np.zeros(rank, np.int64)  # the tap being added along the outer axes
     in_strides = np.zeros(rank, np.int64)  # elements between positions along each axis
@@ -185,7 +201,7 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
                 break
         if count > 1:
             _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides,
-                         outer * size, outer * outputs + r * out_last, count, mode, p)
+                         outer * size, outer * outputs + r * out_last, count, mode, p, shrink)
             item += count
             continue
         # The horizontal sum: the uncut outputs tap by tap across the row (the first tap
@@ -272,8 +288,9 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
                     if (sums[i] - sums[i]) != 0:
                         o = np.int64(i // width)
                         total = _window_sum64(x, outer * size, position, tap, taps, axes,
-                                              in_strides, o, np.int64(i % width), channels)
-                        y[base + i] = narrow_to(total * (row_scale * scale[o]), y)
+                                              in_strides, o, np.int64(i % width), channels,
+                                              shrink)
+                        y[base + i] = narrow_to(total * (row_scale * scale[o]) / shrink, y)
         elif p == 2.0:
             for i in range(out_length):
                 y[base + i] = narrow_to(np.sqrt(sums[i]), y)
@@ -290,7 +307,7 @@ BLOCK_ELEMENTS = 2048
 
 @_helper
 def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides, x_at,
-                 y_at, count, mode, p):
+                 y_at, count, mode, p, shrink):
     """Outputs of ``count`` consecutive rows (channels-first, stride 1 along the last two
     axes, windows whole along the one before the last) from ``acc``, their vertical sums
     end to end (row t at ``t * n``).  An uncut output o of row t adds ``acc[t * n +
@@ -349,9 +366,9 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
                     v = sums[t * n + o]
                     if (v - v) != 0:
                         total = _window_sum64(x, x_at, position, tap, taps, axes, in_strides,
-                                              o, 0, 1)
+                                              o, 0, 1, shrink)
                         y[y_at + t * out_last + o] = narrow_to(
-                            total * (row_scale * scale[o]), y)
+                            total * (row_scale * scale[o]) / shrink, y)
             position[last - 1] = b0
         return
     root = 1.0 / p

@@ -136,14 +136,17 @@ ROW_MAX_OUTER_TAPS = 24
 
 
 def takes_row_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float) -> bool:
-    """Whether :func:`pool_windows` sums row by row (:func:`window_rows`): plain float64
-    sums of a type of at most 4 bytes (float64 inputs take the compensated passes, whose
-    sums never overflow), of the values, |x| or x^2 (a power per re-read would cost more
-    than the passes' one per element), over a window small enough (ROW_MAX_*_TAPS).
-    Depends on the window and the type alone, never on the size of the tensor or its
-    layout: a slab of it (poolfold.dask) takes the same path."""
+    """Whether :func:`pool_windows` sums row by row (:func:`window_rows`): AveragePool of
+    any type, or LpPool's |x| or x^2 of a type of at most 4 bytes (a power per re-read would
+    cost more than the passes' one per element; float64 LpPool takes the scaled sums),
+    over a window small enough (ROW_MAX_*_TAPS).  Depends on the window and the type
+    alone, never on the size of the tensor or its layout: a slab of it (poolfold.dask)
+    takes the same path."""
+    if kind == "average":
+        return (plan.kernel[-1] <= ROW_MAX_LAST_TAPS
+                and math.prod(plan.kernel[:-1]) <= ROW_MAX_OUTER_TAPS)
     return (np.dtype(dtype).itemsize <= 4 and not is_scaled(kind, dtype, p)
-            and (kind == "average" or p in (1.0, 2.0))
+            and p in (1.0, 2.0)
             and plan.kernel[-1] <= ROW_MAX_LAST_TAPS
             and math.prod(plan.kernel[:-1]) <= ROW_MAX_OUTER_TAPS)
 
