@@ -294,6 +294,9 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
         elif p == 2.0:
             for i in range(out_length):
                 y[base + i] = narrow_to(np.sqrt(sums[i]), y)
+        elif p == 1.0:  # the sum itself: a power per output costs more than the sums
+            for i in range(out_length):
+                y[base + i] = narrow_to(sums[i], y)
         else:
             for i in range(out_length):
                 y[base + i] = narrow_to(sums[i] ** root, y)
@@ -378,6 +381,9 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
         if p == 2.0:
             for o in range(np.uint64(out_last)):
                 y[to + o] = narrow_to(np.sqrt(sums[at + o]), y)
+        elif p == 1.0:
+            for o in range(np.uint64(out_last)):
+                y[to + o] = narrow_to(sums[at + o], y)
         else:
             for o in range(np.uint64(out_last)):
                 y[to + o] = narrow_to(sums[at + o] ** root, y)

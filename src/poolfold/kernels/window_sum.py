@@ -425,6 +425,9 @@ def _store(target, sums, divisor, planes, outputs, width, channels, c0, mode, p)
             elif p == 2.0:
                 for o in range(outputs):
                     t[o] = narrow_to(np.sqrt(v[o]), t)
+            elif p == 1.0:  # the sum itself: a power per output costs more than the sums
+                for o in range(outputs):
+                    t[o] = narrow_to(v[o], t)
             else:
                 for o in range(outputs):
                     t[o] = narrow_to(v[o] ** root, t)
@@ -443,6 +446,9 @@ def _store(target, sums, divisor, planes, outputs, width, channels, c0, mode, p)
         elif p == 2.0:
             for c in range(width):
                 t[c] = narrow_to(np.sqrt(v[c]), t)
+        elif p == 1.0:
+            for c in range(width):
+                t[c] = narrow_to(v[c], t)
         else:
             for c in range(width):
                 t[c] = narrow_to(v[c] ** root, t)
@@ -720,6 +726,8 @@ def plane_sums(x, y, size, mode, transform, mark, p, compensated, start, stop):
             value = total / size
         elif p == 2.0:
             value = np.sqrt(total)
+        elif p == 1.0:
+            value = total
         else:
             value = total ** (1.0 / p)
         y[i] = narrow_to(value, y)
