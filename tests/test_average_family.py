@@ -390,6 +390,13 @@ def test_average_pool_no_spurious_overflow(dtype, value):
         got = poolfold.nhwc.average_pool(np.moveaxis(x, 1, -1).copy(), [3, 3],
                                          pads=[1, 1, 1, 1])
         oracle.assert_within_bound(np.moveaxis(got, -1, 1), want, info, dtype, "average")
+        # channels-last GlobalAveragePool of several channels (row sums over the positions)
+        x = np.full((1, 3, 4, 5), value, dtype=dtype)
+        x[0, 0, 0, 0] = -value
+        x[0, 2, 1, 1] = np.nan
+        want, info = oracle.global_average_pool(x)
+        got = poolfold.nhwc.global_average_pool(np.moveaxis(x, 1, -1).copy())
+        oracle.assert_within_bound(np.moveaxis(got, -1, 1), want, info, dtype, "average")
 
 
 # --------------------------------------------------------------------------------------------

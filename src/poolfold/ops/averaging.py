@@ -470,6 +470,15 @@ def pool_global(label: str, x: np.ndarray, channels_last: bool, kind: str,
         return y
     # channels-last: one window over the positions, the channels as the vectorised run
     plan = _whole_axis_plan(label, size)
+    if takes_row_sums(plan, x.dtype, kind, p):  # one output row per sample
+        _check_row_scratch(label, plan, layout.channels)
+        tables = window_tables(plan, "valid" if kind == "average" else None)
+        mode, transform = _sum_mode(kind, p)
+        launch_split(window_rows, layout.outer, xs.reshape(-1), ys.reshape(-1), tables.axes,
+                     tables.taps, tables.axis_inverse, layout.channels, mode,
+                     term_marker(transform), float(p),
+                     parts=split_parts(layout.outer, x.size, kernel_threads()))
+        return y
     block = min(layout.channels, CHANNEL_BLOCK)
     items = layout.outer * -(-layout.channels // block)
     parts = split_parts(items, x.size, kernel_threads())
