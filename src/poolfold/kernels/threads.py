@@ -105,13 +105,13 @@ def launch(kernel, *args):
 
 # The least work (elements a kernel reads and writes) worth a part of its own.  Handing a part
 # to a sleeping pool thread costs 50-70 us on a 2-core virtual machine (its core must be
-# woken); the spinning threads of :mod:`.handoff` take a part in about 8 us, so a part is worth
-# it from a few tens of microseconds of work.  Measured, 2 CPUs, in one sitting with this at
-# 2**18 and at 2**16, the best of 300 calls (ms): MaxPool 3x3 s2 over (1,64,56,56) 0.090-0.097
-# -> 0.074-0.076, with Indices 0.19-0.20 -> 0.11-0.12; 3x3 s2 ceil over (1,512,27,27) 0.37 ->
-# 0.21; GlobalAveragePool over (8,512,7,7) 0.083 -> 0.067; and no change beyond the noise
-# (+-10%) for 2x2 over (1,3,224,224), channels-last 3x3 s2 over (1,56,56,64), AveragePool 3x3
-# over (1,192,35,35) and MaxUnpool 2x2 over (1,64,28,28).
+# woken); the spinning threads of :mod:`.handoff` take a part in about 8 us, so a part is
+# worth it from a few tens of microseconds of work.  Measured, 2 CPUs, in one sitting with
+# this at 2**18 and at 2**16, the best of 300 calls (ms): MaxPool 3x3 s2 over (1,64,56,56)
+# 0.090-0.097 -> 0.074-0.076, with Indices 0.19-0.20 -> 0.11-0.12; 3x3 s2 ceil over
+# (1,512,27,27) 0.354-0.358 -> 0.210-0.245; GlobalAveragePool over (8,512,7,7) 0.083 -> 0.067;
+# and no change beyond the noise (+-10%) for 2x2 over (1,3,224,224), channels-last 3x3 s2 over
+# (1,56,56,64), AveragePool 3x3 over (1,192,35,35) and MaxUnpool 2x2 over (1,64,28,28).
 MIN_WORK_PER_PART = 2**16
 
 # Pieces per thread of a threaded call (see launch_split): each costs a kernel call (3 us for

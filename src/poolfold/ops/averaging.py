@@ -25,7 +25,7 @@ from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RU
                                   ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
                                   global_max, term_marker, plane_sums, scaled_plane_sums,
                                   scaled_window_sums, window_sums)
-from ..kernels.window_rows import window_rows
+from ..kernels.window_rows import BLOCK_ELEMENTS as ROW_BLOCK_ELEMENTS, window_rows
 from ..memory import allocate, check_size, check_table
 from ._common import activate, as_tensor, flag, kernel_input
 from .layout import channels_last_order, is_channels_last, nchw_order
@@ -264,10 +264,11 @@ def _check_scratch(label, plan: WindowPlan, block: int, pairs: bool) -> None:
 
 
 def _check_row_scratch(label, plan: WindowPlan, channels: int) -> None:
-    """Bound window_rows' scratch (one input row and one output row, float64) before any
-    work."""
+    """Bound window_rows' scratch before any work: an input row's sums (a block of rows,
+    up to BLOCK_ELEMENTS, for short ones) and as many outputs' sums, float64 at most."""
+    row = max(plan.in_shape[-1] * channels, ROW_BLOCK_ELEMENTS)
     check_table(label, "the row sums' scratch",
-                ((plan.in_shape[-1] + plan.out_shape[-1]) * channels,), np.float64)
+                (2 * row + plan.out_shape[-1] * channels,), np.float64)
 
 
 def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: bool, kind: str,
