@@ -41,6 +41,8 @@ PROPERTY_TESTS = [
     "tests/test_max_pool_kernels.py::test_passes_in_tiny_slabs_match_oracle",
     "tests/test_max_pool_kernels.py::test_rows_forced_match_oracle",
     "tests/test_max_pool_kernels.py::test_rows_by_short_ladders_match_oracle",
+    "tests/test_max_pool_kernels.py::test_row_blocks_forced_match_oracle",
+    "tests/test_max_pool_kernels.py::test_row_blocks_of_one_row_match_oracle",
     "tests/test_max_pool_kernels.py::test_forced_kernel_channels_last_matches_oracle",
     "tests/test_window_kernels.py::test_tiling_windows_match_the_oracle",
     "tests/test_window_kernels.py::test_direct_and_separable_kernels_match_the_oracle",

@@ -25,7 +25,8 @@ import oracle
 import poolfold
 from poolfold.kernels import max_rows as rows_module
 from poolfold.ops import max_pool as max_pool_module
-from poolfold.ops.max_pool import DIRECT, PASSES, ROWS, SEPARABLE, TILES, forced_kernel
+from poolfold.ops.max_pool import (DIRECT, PASSES, ROW_BLOCKS, ROWS, SEPARABLE, TILES,
+                                   forced_kernel)
 
 DTYPES = [np.dtype(t) for t in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16,
                                 np.int8, np.uint8)]
@@ -34,6 +35,8 @@ DTYPES = [np.dtype(t) for t in (np.float32, np.float64, np.float16, ml_dtypes.bf
 GENERAL = [PASSES, DIRECT]
 # ...and the kernel that pools any channels-first plan without Indices.
 PLAIN = [ROWS]
+# The kernels that pool without Indices only.
+WITHOUT_INDICES = (ROWS, ROW_BLOCKS)
 
 
 @contextlib.contextmanager
@@ -96,7 +99,7 @@ def run_forced(kernel, x, kernel_shape, channels_last=False, **attributes):
 def check(kernel, x, kernel_shape, channels_last=False, **attributes):
     """``kernel`` forced against the oracle, with and without Indices (an NCHW ``x``: moved
     to channels-last for ``channels_last``; the nhwc MaxPool takes no bfloat16: not run).
-    The row kernel runs without Indices only."""
+    The row kernels run without Indices only."""
     if channels_last and x.dtype == ml_dtypes.bfloat16:
         return
     want_y, want_i = oracle.max_pool(
@@ -105,7 +108,7 @@ def check(kernel, x, kernel_shape, channels_last=False, **attributes):
         ceil_mode=attributes.get("ceil_mode", False),
         storage_order=attributes.get("storage_order", 0))
     given_x = np.moveaxis(x, 1, -1).copy() if channels_last else x
-    for return_indices in (False,) if kernel == ROWS else (True, False):
+    for return_indices in (False,) if kernel in WITHOUT_INDICES else (True, False):
         y, i = run_forced(kernel, given_x, kernel_shape, channels_last,
                           return_indices=return_indices, **attributes)
         if channels_last:
@@ -169,6 +172,87 @@ def test_rows_forced_match_oracle(call):
     1-4 (a loop each) and beyond."""
     x, kernel_shape, attributes = call
     check(ROWS, x, kernel_shape, **attributes)
+
+
+def row_blocks_fit(x, kernel_shape, attributes) -> bool:
+    plan = max_pool_module.resolve_plan(
+        poolfold.schema.resolve("MaxPool", None), x.shape, kernel_shape,
+        attributes.get("strides"), attributes.get("pads"), attributes.get("dilations"),
+        attributes.get("auto_pad", "NOTSET"), attributes.get("ceil_mode", False))
+    return max_pool_module.row_blocks_fit(plan)
+
+
+def check_row_blocks(x, kernel_shape, **attributes):
+    """The row blocks forced where they can pool the plan; elsewhere (windows of 8 taps and
+    more along the last axis, or none reaching an input column) forcing them falls back to
+    another kernel, whose values are right."""
+    if row_blocks_fit(x, kernel_shape, attributes):
+        check(ROW_BLOCKS, x, kernel_shape, **attributes)
+        return
+    want = oracle.max_pool(
+        x, kernel_shape, strides=attributes.get("strides"), pads=attributes.get("pads"),
+        dilations=attributes.get("dilations"), auto_pad=attributes.get("auto_pad", "NOTSET"),
+        ceil_mode=attributes.get("ceil_mode", False))[0]
+    with forced_kernel(ROW_BLOCKS) as override:
+        y = poolfold.max_pool(x, kernel_shape, **attributes)
+    assert override.ran and override.ran != [ROW_BLOCKS]
+    assert same_bits(y, want)
+
+
+@settings(max_examples=150)
+@given(call=calls())
+def test_row_blocks_forced_match_oracle(call):
+    """The row blocks on every plan they take: ranks 1-4, blocks across planes, rows whose
+    padding shares elements with the next row's and rows staged apart, empty windows and
+    rows, strides 1-4 and beyond."""
+    x, kernel_shape, attributes = call
+    check_row_blocks(x, kernel_shape, **attributes)
+
+
+def blocks_of_one_row():
+    """Blocks of a single output row: the blocks' first and last row are the same."""
+    module = max_pool_module
+    return patched([(module, "ROW_BLOCK_ELEMENTS", 1)],
+                   (module.rows_tables, module._pool_launch, module.choose_kernel))
+
+
+@settings(max_examples=60)
+@given(call=calls(max_rank=3))
+def test_row_blocks_of_one_row_match_oracle(call):
+    x, kernel_shape, attributes = call
+    with blocks_of_one_row():
+        check_row_blocks(x, kernel_shape, **attributes)
+
+
+def test_row_blocks_write_y_in_place_or_staged():
+    """Both of the row blocks' layouts (see max_row_blocks): a row's padding shared with the
+    next row's where the windows overlap by no more than the padding before the axis, rows
+    apart otherwise; and blocks across planes."""
+    spec = poolfold.schema.resolve("MaxPool", None)
+
+    def layout(shape, kernel_shape, strides, pads):
+        plan = max_pool_module.resolve_plan(spec, shape, kernel_shape, strides, pads, None,
+                                            "NOTSET", False)
+        return max_pool_module._row_block_layout(plan), plan.out_shape[-1]
+
+    # 57 columns, one of padding before them and one after: 58 elements a row, 29 strides
+    (out_pitch, padded, data), out = layout((1, 4, 57, 57), [3, 3], [2, 2], [1, 1, 1, 1])
+    assert out_pitch == out == 29 and (padded, data) == (59, 57)
+    # 56 columns and one of padding before them do not fit 28 strides
+    (out_pitch, padded, data), out = layout((1, 4, 56, 56), [3, 3], [2, 2], [1, 1, 1, 1])
+    assert out_pitch == out + 1 == 29 and (padded, data) == (57, 56)
+    (out_pitch, padded, data), out = layout((1, 4, 8, 8), [2, 2], [2, 2], None)
+    assert out_pitch == out == 4 and (padded, data) == (8, 8)
+    (out_pitch, padded, data), out = layout((1, 4, 9, 9), [3, 3], [1, 1], [1, 1, 1, 1])
+    assert out_pitch == 11 > out
+    rng = np.random.default_rng(4)
+    for shape, kernel_shape, attributes in [
+            ((2, 3, 57, 57), [3, 3], dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+            ((2, 3, 56, 56), [3, 3], dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+            ((2, 3, 8, 8), [2, 2], dict(strides=[2, 2])),
+            ((2, 3, 9, 9), [3, 3], dict(pads=[1, 1, 1, 1]))]:
+        check(ROW_BLOCKS, values(rng, shape, np.dtype(np.float32)), kernel_shape,
+              **attributes)
 
 
 def short_ladders():
@@ -261,9 +345,10 @@ def test_hand_picked_match_oracle(shape, kernel_shape, attributes, dtype, kernel
     for storage_order in (0, 1):
         check(kernel, x, kernel_shape, storage_order=storage_order, **attributes)
     check(kernel, x, kernel_shape, channels_last=True, **attributes)
-    if kernel == PASSES:  # the row kernel beside it, on the same values
+    if kernel == PASSES:  # the row kernels beside it, on the same values
         check(ROWS, x, kernel_shape, **attributes)
         check(ROWS, x, kernel_shape, channels_last=True, **attributes)
+        check_row_blocks(x, kernel_shape, **attributes)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: t.name)
@@ -296,18 +381,32 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
                                             "NOTSET", False)
         return max_pool_module.choose_kernel(plan, itemsize, 0, None, by_rows, lanes)[0]
 
-    assert chosen([5, 5], [3, 3]) == ROWS  # a strided last axis
-    assert chosen([7, 7], [1, 1]) == ROWS  # a window van Herk runs would take
-    assert chosen([7, 7], [1, 1], itemsize=2) == PASSES  # ...but for the half types
-    assert chosen([5, 5], [3, 3], by_rows=False) != ROWS  # Indices or channels-last
+    wide = (1, 2, 30, 600)  # rows too long for blocks of rows
+    assert chosen([5, 5], [3, 3], shape=wide) == ROWS  # a strided last axis
+    assert chosen([5, 5], [3, 3]) == ROW_BLOCKS  # ...whose rows are short
+    assert chosen([7, 7], [1, 1]) == ROW_BLOCKS  # a window van Herk runs would take
+    assert chosen([7, 7], [1, 1], itemsize=8, shape=wide) == ROWS
+    assert chosen([7, 7], [1, 1], itemsize=2, shape=wide) == PASSES  # ...but for half types
+    assert chosen([5, 5], [3, 3], by_rows=False) not in WITHOUT_INDICES  # Indices
     assert chosen([3, 3], [1, 1]) == PASSES  # short windows at stride 1
-    assert chosen([3, 3], [2, 2]) == ROWS  # a last axis at stride 2
-    assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 9, 9)) == ROWS
-    assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 9, 9), itemsize=1) != ROWS  # uint8
-    assert chosen([3, 3, 3], [1, 1, 1], shape=(1, 2, 9, 9, 9)) != ROWS
+    assert chosen([3, 3], [1, 1], itemsize=2) == ROW_BLOCKS  # ...but for the narrow types
+    assert chosen([3, 3], [1, 1], itemsize=1) == ROW_BLOCKS
+    assert chosen([3, 3], [2, 2], shape=wide) == ROWS  # a last axis at stride 2
+    assert chosen([3, 3], [2, 2]) == ROW_BLOCKS
+    assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 9, 9)) == ROW_BLOCKS
+    assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 9, 9), itemsize=1) == ROW_BLOCKS
+    assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 300, 300), itemsize=1) not in \
+        WITHOUT_INDICES  # uint8, long rows: not the row kernel
+    assert chosen([3, 3, 3], [1, 1, 1], shape=(1, 2, 9, 9, 9)) not in WITHOUT_INDICES
+    assert chosen([3, 3, 3], [1, 1, 1], shape=(1, 2, 9, 9, 9), itemsize=1) == PASSES
     assert chosen([2, 2], [2, 2]) == TILES
+    assert chosen([2, 2], [2, 2], itemsize=2) == ROW_BLOCKS  # the half types' tiles: slower
+    assert chosen([2, 2], [2, 2], itemsize=2, by_rows=False) == TILES
     assert chosen([21, 21], [1, 1]) == PASSES  # long windows: van Herk runs
     assert chosen([31], [1], shape=(1, 2, 300)) == ROWS
+    assert chosen([5], [1], shape=(1, 2, 200), itemsize=2) == ROW_BLOCKS
+    assert chosen([5], [1], shape=(1, 2, 200)) == PASSES  # short 1-D rows at stride 1
+    assert chosen([5], [2], shape=(1, 2, 200)) == ROW_BLOCKS
     assert chosen([128], [1], shape=(1, 2, 300)) == ROWS  # long 1-D windows: a ladder of runs
     # channels-last samples (lanes: their channels): rows where the last axis strides, or
     # van Herk runs would be taken in 2-D; never tiles

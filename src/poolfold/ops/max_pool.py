@@ -270,8 +270,9 @@ def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_byte
 
 
 # The kernels MaxPool chooses from (:func:`choose_kernel`), by the names tests force them by.
-TILES, ROWS, PASSES, SEPARABLE, DIRECT = "tiles", "rows", "passes", "separable", "direct"
-KERNELS = (TILES, ROWS, PASSES, SEPARABLE, DIRECT)
+TILES, ROWS, ROW_BLOCKS, PASSES, SEPARABLE, DIRECT = (
+    "tiles", "rows", "row_blocks", "passes", "separable", "direct")
+KERNELS = (TILES, ROWS, ROW_BLOCKS, PASSES, SEPARABLE, DIRECT)
 
 
 @functools.lru_cache(maxsize=512)
@@ -284,8 +285,12 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
 
     - ``tiles`` (``window_max_tiles``): 2x2(x2) windows at stride 2 that tile the input, row
       -major Indices: one fused pass reading pairs of elements as words.
-    - ``rows`` (``max_rows``): channels-first planes without Indices, where it was measured
-      faster than the kernels below (:func:`_rows_win`).
+    - ``row_blocks`` (``max_row_blocks``): channels-first planes without Indices whose rows
+      are short (:func:`row_blocks_fit`), a block of rows reduced along the last axis in one
+      loop, where it was measured faster (:func:`_row_blocks_win`); before the tiles for the
+      half types.  Short 1-D rows it does not take go by passes, not rows.
+    - ``rows`` (``max_rows``): channels-first planes or channels-last samples without
+      Indices, where it was measured faster than the kernels below (:func:`_rows_win`).
     - ``direct`` (``window_max``): a 0-size axis (every window is empty), or windows that skip
       most of the input (a 1x1x1 window at stride 8, say), where visiting each output's own
       taps beats passes over every input position (:func:`_passes_cost`).
@@ -304,10 +309,14 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
         prefix = f"forced {forced} refused ({refusal}); "
     if min(plan.in_shape) == 0:
         return DIRECT, prefix + "a 0-size axis: every window is empty"
-    if lanes == 1 and storage_order == 0 and tiles_fit(plan, itemsize):
+    blocks = by_rows and lanes == 1 and row_blocks_fit(plan)
+    if lanes == 1 and storage_order == 0 and tiles_fit(plan, itemsize) and not (
+            blocks and itemsize == 2):
         return TILES, prefix + "2x2 windows tiling the input, at stride 2"
+    if blocks and _row_blocks_win(plan, itemsize):
+        return ROW_BLOCKS, prefix + "short rows without Indices, a block of them at a time"
     if by_rows and (_rows_win_lanes(plan, itemsize, lanes) if lanes > 1 else
-                    _rows_win(plan, itemsize)):
+                    _rows_win(plan, itemsize) and not (blocks and plan.rank == 1)):
         return ROWS, prefix + "channels-first planes without Indices, where rows were faster"
     passes, direct = _passes_cost(plan)
     if direct <= passes:
@@ -357,6 +366,62 @@ LADDER_TAPS = 8
 
 def ladder_wins(kernel: int, stride: int) -> bool:
     return kernel >= LADDER_TAPS and stride * LADDER_TAPS <= kernel
+
+
+# The longest row of ``max_row_blocks``'s scratch (``OUT_PITCH`` * stride, at least the input
+# row), and the elements of one block of rows: rows longer than this run vectorised loops by
+# themselves.
+ROW_BLOCK_PITCH = 256
+ROW_BLOCK_ELEMENTS = 2048
+
+
+def row_blocks_fit(plan: WindowPlan) -> bool:
+    """Whether ``max_row_blocks`` can pool the plan's channels-first planes: short rows
+    (:data:`ROW_BLOCK_PITCH`), a last-axis window too short for a ladder of runs, and some
+    input column that a window reaches."""
+    layout = _row_block_layout(plan)
+    return (plan.kernel[-1] < LADDER_TAPS and layout[2] >= 1
+            and layout[0] * plan.strides[-1] <= ROW_BLOCK_PITCH)
+
+
+def _row_blocks_win(plan: WindowPlan, itemsize: int) -> bool:
+    """Where ``max_row_blocks`` was measured faster than the other kernels (one thread,
+    float32, float16, bfloat16, uint8 and float64, ranks 1-3), of the plans it can take:
+
+    - at a last-axis stride of 2 or more, every type and rank: 1.2-2.5x faster than the
+      row kernel (3x3 at stride 2 over (1,64,56,56): 0.074 against 0.11 ms; float16, 0.060
+      against 0.16; 3-D 3x3x3 over (2,16,32,32,32): 0.49 against 0.81, uint8 0.37 against 0.90
+      by the separable kernel), and than 2x2 tiles for the half types (float16 over
+      (8,64,56,56): 0.36 against 1.1 ms);
+    - at stride 1, the half types (3x3 over (8,32,80,80): 0.66 against 1.8 ms by passes;
+      3x3x3, 1.7 against 2.8), 1-byte types up to 2-D (3x3 over (8,32,80,80), 0.51 against
+      0.62), and 2-D windows the passes would take van Herk runs for (float32 5x5 over
+      (4,32,56,56): 0.50 against 1.3 ms; the row kernel 0.66).
+
+    Not 4- and 8-byte types' short windows at stride 1, whose passes run over whole planes
+    (3x3 over (8,32,80,80): 1.01 against 1.09 ms; 1-D 3 taps over (64,64,32): 0.082 against
+    0.095), nor 1-byte 3-D ones (0.90 against 1.5)."""
+    if plan.strides[-1] >= 2 or itemsize == 2:
+        return True
+    if itemsize == 1:
+        return plan.rank <= 2
+    return plan.rank == 2 and any(_van_herk(k, s) for k, s in zip(plan.kernel, plan.strides))
+
+
+def _row_block_layout(plan: WindowPlan) -> tuple[int, int, int]:
+    """``max_row_blocks``'s OUT_PITCH, PADDED_ROW and DATA_COLUMNS (see the kernel): the
+    padded row is as long as the windows reach, its input columns those they read.  Its rows
+    lie ``OUT_PITCH * stride`` apart, the output row's own length where a row's padding
+    after it may share elements with the next row's padding before it (Y is then written
+    where it lies), else as many strides as the padded row needs."""
+    last = plan.rank - 1
+    k, s, d = plan.kernel[last], plan.strides[last], plan.dilations[last]
+    out, shift = plan.out_shape[last], plan.pad_begin[last]
+    padded = (out - 1) * s + (k - 1) * d + 1
+    data = min(plan.in_shape[last], padded - shift)
+    if shift + data <= out * s and padded <= out * s + shift:
+        return out, padded, data
+    return -(-padded // s), padded, data
 
 
 def _rows_win(plan: WindowPlan, itemsize: int) -> bool:
@@ -418,10 +483,12 @@ def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int
     """Why ``kernel`` cannot pool ``plan``, or None when it can."""
     if kernel not in KERNELS:
         return f"no kernel named {kernel!r}; the kernels are {', '.join(KERNELS)}"
-    if kernel == ROWS and not by_rows:
+    if kernel in (ROWS, ROW_BLOCKS) and not by_rows:
         return "Indices, or channels-last planes"
-    if kernel == ROWS and min(plan.in_shape) == 0:
+    if kernel in (ROWS, ROW_BLOCKS) and min(plan.in_shape) == 0:
         return "a 0-size axis"
+    if kernel == ROW_BLOCKS and not row_blocks_fit(plan):
+        return "long windows or rows, or padding of more than a row"
     if kernel == TILES and not (storage_order == 0 and tiles_fit(plan, itemsize)):
         return "the windows do not tile the input (or storage_order 1)"
     if kernel in (PASSES, SEPARABLE) and min(plan.in_shape) == 0:
@@ -614,11 +681,12 @@ class RowsTables(NamedTuple):
 
 @functools.lru_cache(maxsize=256)
 def rows_tables(label: str, plan: WindowPlan, planes: int, parts: int,
-                lanes: int = 1) -> RowsTables:
+                lanes: int = 1, blocks: bool = False) -> RowsTables:
     """Compute and bound :func:`max_rows`'s tables and scratch for ``planes`` channels-first
     planes (``lanes`` 1), or channels-last samples of ``lanes`` channels, cut into work items
     for ``parts`` threads: whole planes, or, when there are too few planes for every
-    thread's pieces, ranges of output rows of each."""
+    thread's pieces, ranges of output rows of each.  ``blocks``: ``max_row_blocks``'s, whose
+    work items are blocks of output rows across planes."""
     rank, last = plan.rank, plan.rank - 1
     outs = plan.out_shape
     taps = plan.taps
@@ -643,16 +711,34 @@ def rows_tables(label: str, plan: WindowPlan, planes: int, parts: int,
     check_table(label, "the row kernel's scratch",
                 (most_rows + plan.in_shape[last] * (lanes + 1),), np.dtype("V8"))
     lead_out = math.prod(outs[:last])
+    setup = np.zeros(rows.SETUP_SIZE, np.int64)
+    setup[rows.MOST_ROWS] = most_rows
+    setup[rows.LANES] = lanes
+    if blocks:
+        # blocks of consecutive output rows, across planes, of about ROW_BLOCK_ELEMENTS
+        out_pitch, padded, data = _row_block_layout(plan)
+        pitch = out_pitch * plan.strides[last]
+        total = planes * lead_out
+        block_rows = max(1, ROW_BLOCK_ELEMENTS // pitch)
+        if parts > 1:
+            block_rows = max(1, min(block_rows, -(-total // (parts * PIECES_PER_THREAD))))
+        check_table(label, "the row kernel's blocks",
+                    (block_rows * (pitch + out_pitch) + padded,), np.dtype("V8"))
+        setup[rows.ROWS_PER_ITEM] = block_rows
+        setup[rows.OUT_PITCH] = out_pitch
+        setup[rows.PADDED_ROW] = padded
+        setup[rows.DATA_COLUMNS] = data
+        tap_table = np.stack([taps.first, taps.lo, taps.hi])
+        for array in (axes, tap_table, lead, setup):
+            array.flags.writeable = False
+        return RowsTables(axes, tap_table, lead, setup, -(-total // block_rows), None)
     items_per_plane = 1
     if parts > 1 and planes < parts * PIECES_PER_THREAD:
         items_per_plane = min(lead_out, -(-parts * PIECES_PER_THREAD // planes))
     rows_per_item = -(-lead_out // items_per_plane)
     items_per_plane = -(-lead_out // rows_per_item)
-    setup = np.zeros(rows.SETUP_SIZE, np.int64)
     setup[rows.ROWS_PER_ITEM] = rows_per_item
     setup[rows.ITEMS_PER_PLANE] = items_per_plane
-    setup[rows.MOST_ROWS] = most_rows
-    setup[rows.LANES] = lanes
     k, s, d, width = (plan.kernel[last], plan.strides[last], plan.dilations[last],
                       plan.in_shape[last])
     if lanes == 1 and ladder_wins(k, s):
@@ -771,8 +857,9 @@ class _PoolLaunch:
         self.passes = None
         self.separable = None
         self.rows = None
-        if self.kernel == ROWS and self.planes > 0:
-            self.rows = rows_tables(label, plan, self.planes, self.parts)
+        if self.kernel in (ROWS, ROW_BLOCKS) and self.planes > 0:
+            self.rows = rows_tables(label, plan, self.planes, self.parts,
+                                    blocks=self.kernel == ROW_BLOCKS)
             self.parts = split_parts(self.rows.items, work, threads)
         elif self.kernel == PASSES and self.planes > 0:
             self.passes = passes_tables(label, plan, self.planes, dtype.itemsize,
@@ -819,6 +906,14 @@ class _PoolLaunch:
                          self.tables[-1], tables.long_windows)
             if self.ready or self._ready(rows.max_rows, arguments):
                 launch_split(rows.max_rows, tables.items, *arguments, parts=self.parts)
+            else:
+                kernel = self._stand_in(xs, ys, index_rows)
+        elif kernel == ROW_BLOCKS:
+            tables = self.rows
+            arguments = (xs, ys, tables.axes, tables.taps, tables.lead, tables.setup,
+                         self.tables[-1])
+            if self.ready or self._ready(rows.max_row_blocks, arguments):
+                launch_split(rows.max_row_blocks, tables.items, *arguments, parts=self.parts)
             else:
                 kernel = self._stand_in(xs, ys, index_rows)
         elif kernel == PASSES:
@@ -888,9 +983,9 @@ class _ChannelsLastLaunch:
                  threads):
         kernel, self.reason = choose_kernel(plan, dtype.itemsize, storage_order, forced,
                                             not return_indices, lanes=c)
-        if forced is None and kernel not in (DIRECT, ROWS):
+        if forced is None and kernel not in (DIRECT, ROWS, ROW_BLOCKS):
             kernel = PASSES  # the kernel of channels-last samples, but for rows
-        self.native = (kernel in (PASSES, ROWS) and n * c > 0
+        self.native = (kernel in (PASSES, ROWS, ROW_BLOCKS) and n * c > 0
                        and (forced is None or forced == kernel))
         if not self.native:
             return
@@ -908,8 +1003,9 @@ class _ChannelsLastLaunch:
         in_size, out_size = math.prod(plan.in_shape), math.prod(plan.out_shape)
         work = n * c * (in_size + out_size * (2 if return_indices else 1))
         self.kernel = kernel
-        if kernel == ROWS:
-            self.tables = rows_tables(label, plan, n, split_parts(n, work, threads), c)
+        if kernel in (ROWS, ROW_BLOCKS):  # row blocks: one channel, channels-first planes
+            self.tables = rows_tables(label, plan, n, split_parts(n, work, threads), c,
+                                      blocks=kernel == ROW_BLOCKS)
         else:
             self.tables = passes_tables(label, plan, n, dtype.itemsize, return_indices,
                                         storage_order, c, split_parts(n, work, threads))
@@ -932,6 +1028,10 @@ class _ChannelsLastLaunch:
             kernel = rows.max_rows
             arguments = (xs, ys, tables.axes, tables.taps, tables.lead, tables.setup,
                          self.empty_value, tables.long_windows)
+        elif self.kernel == ROW_BLOCKS:
+            kernel = rows.max_row_blocks
+            arguments = (xs, ys, tables.axes, tables.taps, tables.lead, tables.setup,
+                         self.empty_value)
         else:
             kernel = max_passes
             # C = 1 is channels-first: its last axis may be read as words
