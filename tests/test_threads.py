@@ -227,3 +227,23 @@ def test_invalid_steer_threads_warns_and_means_unset(monkeypatch, steering_read_
     with pytest.warns(RuntimeWarning, match="POOLFOLD_STEER_THREADS"):
         masks = _masks_set_by_threaded_calls(monkeypatch, "yes", 2)
     assert masks
+
+
+def test_a_small_call_is_one_piece_per_thread_and_a_large_one_more():
+    """Each piece is a Python call of the kernel, which holds the GIL while the others wait:
+    pieces beyond one a thread only where each has MIN_WORK_PER_PIECE of work.  The pieces
+    cover the range once, in order, whatever their count."""
+    from poolfold.kernels import threads
+
+    def pieces(start, stop):
+        return (start, stop)
+
+    def run(work):
+        done = threads.launch_split(pieces, 100, work=work, parts=2)
+        assert [p for piece in done for p in range(*piece)] == list(range(100))
+        return len(done)
+
+    assert run(threads.MIN_WORK_PER_PIECE) == 2  # one a thread
+    assert run(None) == 2 * threads.PIECES_PER_THREAD  # work unknown: as many as ever
+    assert run(100 * threads.MIN_WORK_PER_PIECE) == 2 * threads.PIECES_PER_THREAD
+    assert run(3 * threads.MIN_WORK_PER_PIECE) == 3

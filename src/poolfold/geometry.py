@@ -115,9 +115,13 @@ def exact_key(values):
     and floats are refused where ints pass, so those never share a key with ints."""
     if values is None:
         return None
-    if type(values) in (list, tuple) and all(type(v) is int for v in values):
-        return tuple(values)
-    return INEXACT
+    kind = type(values)
+    if kind is not tuple and kind is not list:
+        return INEXACT
+    for v in values:  # a loop, not all() over a generator: a third of the time, per call
+        if type(v) is not int:
+            return INEXACT
+    return values if kind is tuple else tuple(values)
 
 
 @dataclass(frozen=True)

@@ -849,6 +849,7 @@ class _PoolLaunch:
                        _empty_value(dtype))
         in_size, out_size = math.prod(plan.in_shape), math.prod(plan.out_shape)
         work = self.planes * (in_size + out_size * (2 if return_indices else 1))
+        self.work = work
         self.parts = split_parts(self.planes, work, threads)  # one group of planes per thread
         self.dims = (dims.in_shape, dims.out_shape)
         self.ready = False  # the chosen kernel known to run without compiling (see _ready)
@@ -899,13 +900,14 @@ class _PoolLaunch:
         kernel = self.kernel
         if kernel == TILES:
             launch_split(window_max_tiles, planes, xs, ys, index_rows, *self.dims,
-                         xs.view(self.words), parts=self.parts)
+                         xs.view(self.words), parts=self.parts, work=self.work)
         elif kernel == ROWS:
             tables = self.rows
             arguments = (xs, ys, tables.axes, tables.taps, tables.lead, tables.setup,
                          self.tables[-1], tables.long_windows)
             if self.ready or self._ready(rows.max_rows, arguments):
-                launch_split(rows.max_rows, tables.items, *arguments, parts=self.parts)
+                launch_split(rows.max_rows, tables.items, *arguments, parts=self.parts,
+                             work=self.work)
             else:
                 kernel = self._stand_in(xs, ys, index_rows)
         elif kernel == ROW_BLOCKS:
@@ -913,7 +915,8 @@ class _PoolLaunch:
             arguments = (xs, ys, tables.axes, tables.taps, tables.lead, tables.setup,
                          self.tables[-1])
             if self.ready or self._ready(rows.max_row_blocks, arguments):
-                launch_split(rows.max_row_blocks, tables.items, *arguments, parts=self.parts)
+                launch_split(rows.max_row_blocks, tables.items, *arguments, parts=self.parts,
+                             work=self.work)
             else:
                 kernel = self._stand_in(xs, ys, index_rows)
         elif kernel == PASSES:
@@ -922,13 +925,15 @@ class _PoolLaunch:
             arguments = (xs, ys, index_rows, words, tables.axes, tables.taps, tables.setup,
                          self.tables[-1])
             if self.ready or self._ready(max_passes, arguments):
-                launch_split(max_passes, tables.items, *arguments, parts=self.parts)
+                launch_split(max_passes, tables.items, *arguments, parts=self.parts,
+                             work=self.work)
             else:
                 kernel = self._stand_in(xs, ys, index_rows)
         elif kernel == SEPARABLE:
             arguments = (xs, ys, index_rows, *self.tables, *self.separable, words_view(xs))
             if self.ready or self._ready(window_max_separable, arguments):
-                launch_split(window_max_separable, planes, *arguments, parts=self.parts)
+                launch_split(window_max_separable, planes, *arguments, parts=self.parts,
+                             work=self.work)
             else:
                 kernel = self._stand_in(xs, ys, index_rows)
         else:
@@ -1002,6 +1007,7 @@ class _ChannelsLastLaunch:
         self.n = n
         in_size, out_size = math.prod(plan.in_shape), math.prod(plan.out_shape)
         work = n * c * (in_size + out_size * (2 if return_indices else 1))
+        self.work = work
         self.kernel = kernel
         if kernel in (ROWS, ROW_BLOCKS):  # row blocks: one channel, channels-first planes
             self.tables = rows_tables(label, plan, n, split_parts(n, work, threads), c,
@@ -1042,7 +1048,7 @@ class _ChannelsLastLaunch:
             self.ready = not self.stand_in or background.ready(kernel, (*arguments, 0, 0))
             if not self.ready:
                 return None  # the NCHW-style planes' launch stands in and starts the compile
-        launch_split(kernel, tables.items, *arguments, parts=self.parts)
+        launch_split(kernel, tables.items, *arguments, parts=self.parts, work=self.work)
         self.kernel_name = self.kernel
         if self.forced is not None and _OVERRIDE is not None:
             _OVERRIDE.ran.append(self.kernel)
