@@ -58,7 +58,9 @@ def test_launch_split_gives_each_part_enough_work(monkeypatch, work, want):
 
     threads.launch_split(kernel, 100, work=work)
     assert threads.split_parts(100, work) == want
-    assert len(pieces) == (1 if want == 1 else want * threads.PIECES_PER_THREAD)
+    # more than one piece a thread only where each piece has MIN_WORK_PER_PIECE of work
+    most = max(want, min(want * threads.PIECES_PER_THREAD, work // threads.MIN_WORK_PER_PIECE))
+    assert len(pieces) == (1 if want == 1 else most)
     assert len({p[0] for p in pieces}) <= want
     assert min(p[1] for p in pieces) == 0 and max(p[2] for p in pieces) == 100
     if want == 1:
