@@ -580,7 +580,8 @@ def max_row_blocks(x, y, axes, taps, lead, setup, empty_value, start, stop):
             b = g - g0
             x_at = p * in_size
             # the input rows the window reaches along the leading axes, in window order, as
-            # in max_rows
+            # in max_rows, and written out for the same reason: through an inlined helper
+            # shared by both kernels, both ran 2.5-5x slower (measured, 2-D to 4-D)
             rows = 1
             row_at[0] = x_at
             if last == 1:
