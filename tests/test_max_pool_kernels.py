@@ -183,11 +183,13 @@ def row_blocks_fit(x, kernel_shape, attributes) -> bool:
 
 
 def check_row_blocks(x, kernel_shape, **attributes):
-    """The row blocks forced where they can pool the plan; elsewhere (windows of 8 taps and
-    more along the last axis, or none reaching an input column) forcing them falls back to
-    another kernel, whose values are right."""
+    """The row blocks forced where they can pool the plan (channels-last input too: of one
+    channel natively, of several as channels-first planes); elsewhere (windows of 8 taps
+    and more along the last axis, or none reaching an input column) forcing them falls back
+    to another kernel, whose values are right."""
     if row_blocks_fit(x, kernel_shape, attributes):
         check(ROW_BLOCKS, x, kernel_shape, **attributes)
+        check(ROW_BLOCKS, x, kernel_shape, channels_last=True, **attributes)
         return
     want = oracle.max_pool(
         x, kernel_shape, strides=attributes.get("strides"), pads=attributes.get("pads"),
@@ -415,6 +417,10 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([7, 7], [1, 1], lanes=16) == ROWS
     assert chosen([128], [1], shape=(1, 2, 300), lanes=4) == PASSES  # no ladder with lanes
     assert chosen([3, 3], [2, 2], by_rows=False, lanes=8) == PASSES  # Indices
+    plan = max_pool_module.resolve_plan(spec, x.shape, [3, 3], [2, 2], None, None, "NOTSET",
+                                        False)
+    kernel, reason = max_pool_module.choose_kernel(plan, 4, 0, ROW_BLOCKS, True, 8)
+    assert kernel != ROW_BLOCKS and "several channels" in reason  # blocks: one channel
     with forced_kernel(ROWS) as override:  # forced with Indices: refused, and said so
         poolfold.max_pool(x, [3, 3], return_indices=True)
     assert override.ran == [PASSES]

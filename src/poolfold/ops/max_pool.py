@@ -303,7 +303,7 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
     the choice falls back to the rules above and says so."""
     prefix = ""
     if forced is not None:
-        refusal = _cannot_run(forced, plan, itemsize, storage_order, by_rows)
+        refusal = _cannot_run(forced, plan, itemsize, storage_order, by_rows, lanes)
         if refusal is None:
             return forced, f"forced: {forced}"
         prefix = f"forced {forced} refused ({refusal}); "
@@ -379,9 +379,9 @@ def row_blocks_fit(plan: WindowPlan) -> bool:
     """Whether ``max_row_blocks`` can pool the plan's channels-first planes: short rows
     (:data:`ROW_BLOCK_PITCH`), a last-axis window too short for a ladder of runs, and some
     input column that a window reaches."""
-    layout = _row_block_layout(plan)
-    return (plan.kernel[-1] < LADDER_TAPS and layout[2] >= 1
-            and layout[0] * plan.strides[-1] <= ROW_BLOCK_PITCH)
+    out_pitch, _, data = _row_block_layout(plan)
+    return (plan.kernel[-1] < LADDER_TAPS and data >= 1
+            and out_pitch * plan.strides[-1] <= ROW_BLOCK_PITCH)
 
 
 def _row_blocks_win(plan: WindowPlan, itemsize: int) -> bool:
@@ -479,16 +479,20 @@ def _rows_win_lanes(plan: WindowPlan, itemsize: int, lanes: int) -> bool:
 
 
 def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int,
-                by_rows: bool):
-    """Why ``kernel`` cannot pool ``plan``, or None when it can."""
+                by_rows: bool, lanes: int = 1):
+    """Why ``kernel`` cannot pool ``plan`` (over channels-last samples of ``lanes``
+    channels, 1 for channels-first planes), or None when it can."""
     if kernel not in KERNELS:
         return f"no kernel named {kernel!r}; the kernels are {', '.join(KERNELS)}"
     if kernel in (ROWS, ROW_BLOCKS) and not by_rows:
         return "Indices, or channels-last planes"
     if kernel in (ROWS, ROW_BLOCKS) and min(plan.in_shape) == 0:
         return "a 0-size axis"
+    if kernel == ROW_BLOCKS and lanes > 1:
+        return "channels-last samples of several channels"
     if kernel == ROW_BLOCKS and not row_blocks_fit(plan):
-        return "long windows or rows, or padding of more than a row"
+        return (f"a last-axis window of {LADDER_TAPS} taps or more, rows longer than "
+                f"{ROW_BLOCK_PITCH} elements, or no window reaching an input column")
     if kernel == TILES and not (storage_order == 0 and tiles_fit(plan, itemsize)):
         return "the windows do not tile the input (or storage_order 1)"
     if kernel in (PASSES, SEPARABLE) and min(plan.in_shape) == 0:
@@ -728,10 +732,7 @@ def rows_tables(label: str, plan: WindowPlan, planes: int, parts: int,
         setup[rows.OUT_PITCH] = out_pitch
         setup[rows.PADDED_ROW] = padded
         setup[rows.DATA_COLUMNS] = data
-        tap_table = np.stack([taps.first, taps.lo, taps.hi])
-        for array in (axes, tap_table, lead, setup):
-            array.flags.writeable = False
-        return RowsTables(axes, tap_table, lead, setup, -(-total // block_rows), None)
+        return _rows_tables(axes, taps, lead, setup, -(-total // block_rows))
     items_per_plane = 1
     if parts > 1 and planes < parts * PIECES_PER_THREAD:
         items_per_plane = min(lead_out, -(-parts * PIECES_PER_THREAD // planes))
@@ -753,11 +754,17 @@ def rows_tables(label: str, plan: WindowPlan, planes: int, parts: int,
     # running maxima for cut windows of 8 taps and more: a call per row (its arrays'
     # reference counts) costs shorter windows more than folding their few taps in place
     setup[rows.EDGE_SCANS] = lanes == 1 and k >= LADDER_TAPS and _edges_scan(plan)
+    return _rows_tables(axes, taps, lead, setup, planes * items_per_plane)
+
+
+def _rows_tables(axes, taps, lead, setup, items: int) -> RowsTables:
+    """The tables as the row kernels take them, read-only: every call of the plan shares
+    them."""
     tap_table = np.stack([taps.first, taps.lo, taps.hi])
     for array in (axes, tap_table, lead, setup):
-        array.flags.writeable = False  # shared by every call of the plan
+        array.flags.writeable = False
     long_windows = True if setup[rows.LADDER_SIZE] or setup[rows.EDGE_SCANS] else None
-    return RowsTables(axes, tap_table, lead, setup, planes * items_per_plane, long_windows)
+    return RowsTables(axes, tap_table, lead, setup, items, long_windows)
 
 
 def _edges_scan(plan: WindowPlan) -> bool:
