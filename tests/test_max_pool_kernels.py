@@ -410,11 +410,14 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([5], [1], shape=(1, 2, 200)) == PASSES  # short 1-D rows at stride 1
     assert chosen([5], [2], shape=(1, 2, 200)) == ROW_BLOCKS
     assert chosen([128], [1], shape=(1, 2, 300)) == ROWS  # long 1-D windows: a ladder of runs
-    # channels-last samples (lanes: their channels): rows where the last axis strides, or
-    # van Herk runs would be taken in 2-D; never tiles
+    # channels-last samples (lanes: their channels): rows for windows of up to 16 taps an
+    # axis, but 8-byte 1-D windows the passes take by van Herk runs; never tiles
     assert chosen([2, 2], [2, 2], lanes=24) == ROWS
-    assert chosen([3, 3], [1, 1], lanes=8) == PASSES
+    assert chosen([3, 3], [1, 1], lanes=8) == ROWS
     assert chosen([7, 7], [1, 1], lanes=16) == ROWS
+    assert chosen([21, 21], [1, 1], lanes=16) == PASSES
+    assert chosen([9], [1], shape=(1, 2, 300), lanes=4) == ROWS
+    assert chosen([9], [1], shape=(1, 2, 300), itemsize=8, lanes=4) == PASSES
     assert chosen([128], [1], shape=(1, 2, 300), lanes=4) == PASSES  # no ladder with lanes
     assert chosen([3, 3], [2, 2], by_rows=False, lanes=8) == PASSES  # Indices
     plan = max_pool_module.resolve_plan(spec, x.shape, [3, 3], [2, 2], None, None, "NOTSET",

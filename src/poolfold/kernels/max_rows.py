@@ -13,8 +13,10 @@ in two steps:
    of output i is element ``i*s + t*d``, a stream at the stride.  LLVM vectorises such loops
    (deinterleaving loads) when it knows the stride, so strides 1 to 4 each get a loop of
    their own; other strides share one.  Windows of 8 taps and more go by a ladder of runs
-   (:func:`_ladder`), whose passes do not grow with the window; channels-last outputs fold
-   their taps' runs of C channels (:func:`_reduce_lanes`).
+   (:func:`_ladder`), whose passes do not grow with the window.  A channels-last row at
+   stride 1 is one such stream too (lane c of output i is element ``i*C + c``, its tap t
+   ``t*d*C`` further on); at other strides, and for windows the padding cuts, each output
+   folds its taps' runs of C channels (:func:`_reduce_lanes`).
 
 Every per-row step runs inside the kernel, never as a call: a helper called once per row of
 a few dozen outputs costs a third of a 2-D 3x3 pool's time (its array arguments, seven values
@@ -247,12 +249,13 @@ def _in_window_order(dst, to, src, row_at, rows, first, lo, hi, d, out, lanes):
 
 
 @njit(inline="always")
-def _reduce_lanes(dst, to, src, e, first, lo, hi, d, out, lanes, empty_value, tap_at):
-    """An output row of a channels-last sample: ``lanes`` contiguous elements a position
-    (the channels), output o's lanes ``dst[to + o*lanes:][:lanes]`` folding its in-bounds
-    taps' runs of lanes, a vectorised loop over the lanes per output."""
+def _reduce_lanes(dst, to, src, e, first, lo, hi, d, o_lo, o_hi, lanes, empty_value, tap_at):
+    """Outputs ``[o_lo, o_hi)`` of an output row of a channels-last sample: ``lanes``
+    contiguous elements a position (the channels), output o's lanes
+    ``dst[to + o*lanes:][:lanes]`` folding its in-bounds taps' runs of lanes, a vectorised
+    loop over the lanes per output."""
     u = np.uint64
-    for o in range(out):
+    for o in range(o_lo, o_hi):
         taps = hi[o] - lo[o]
         where = to + o * lanes
         if taps <= 0:
@@ -436,9 +439,11 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
                 fold_values(row, 0, flat, row_at, rows, width)
                 src = row
                 e = 0
-            if lanes == 1:
+            if lanes == 1 or s == 1:
                 # The row along the last axis (see the module's note on what is written out
-                # here): the uncut outputs tap by tap, then the cut ones.
+                # here): the uncut outputs tap by tap, then the cut ones.  At stride 1 a
+                # channels-last row's uncut outputs are one stream as well: lane c of output
+                # i is element i*C + c of it, and its tap t element t*d*C further on.
                 cut_lo, cut_hi = uncut_lo, uncut_hi
                 count = uncut_hi - uncut_lo
                 if count <= 0:
@@ -450,18 +455,19 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
                                 s, k, d, ladder)
                         laddered = True
                 if count > 0 and not laddered:
-                    at = e + first_last[uncut_lo]
-                    where = to + uncut_lo
+                    at = e + first_last[uncut_lo] * lanes
+                    where = to + uncut_lo * lanes
                     # A loop per stride LLVM is told as a constant.  At strides 1 and 2 the
                     # common 3-tap window gets one of its own: with the taps' offsets known,
                     # LLVM reads them in one interleaved group rather than a group per tap
                     # (measured, 3x3 at stride 2 over (8,24,55,55): 0.18 against 0.23 ms; a
                     # loop for 2 taps as well cost more compile time than it gained).
                     if s == 1:
-                        if d == 1 and k == 3:
+                        if d == 1 and k == 3 and lanes == 1:
                             _stride_loop(y_flat, where, src, at, count, 1, 3, 1)
                         else:
-                            _stride_loop(y_flat, where, src, at, count, 1, k, d)
+                            _stride_loop(y_flat, where, src, at, count * lanes, 1, k,
+                                         d * lanes)
                     elif s == 2:
                         if d == 1 and k == 3:
                             _stride_loop(y_flat, where, src, at, count, 2, 3, 1)
@@ -479,16 +485,21 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
                         _edge_scans(y_flat, to, src, e, first_last, lo_last, hi_last, out,
                                     cut_lo, cut_hi, width)
                         scanned = True
-                if not scanned:
+                if not scanned and lanes == 1:
                     for cut in range(cut_lo):
                         _cut_window(y_flat, to + cut, src, e + first_last[cut] + lo_last[cut] * d,
                                     hi_last[cut] - lo_last[cut], d, empty_value)
                     for cut in range(cut_hi, out):
                         _cut_window(y_flat, to + cut, src, e + first_last[cut] + lo_last[cut] * d,
                                     hi_last[cut] - lo_last[cut], d, empty_value)
+                elif not scanned:
+                    _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, 0,
+                                  cut_lo, lanes, empty_value, tap_at)
+                    _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, cut_hi,
+                                  out, lanes, empty_value, tap_at)
             else:
-                _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, out, lanes,
-                              empty_value, tap_at)
+                _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, 0, out,
+                              lanes, empty_value, tap_at)
             if rows > 1:
                 any_matters = False  # a sweep without branches: most rows hold none
                 for i in range(out * lanes):

@@ -460,22 +460,24 @@ def _rows_win(plan: WindowPlan, itemsize: int) -> bool:
 
 def _rows_win_lanes(plan: WindowPlan, itemsize: int, lanes: int) -> bool:
     """Where ``max_rows`` was measured to pool channels-last samples faster than the passes
-    (two threads; float32 but where said): windows of at most 16 taps per axis (each output
-    folds every tap of the last axis, a vectorised loop over its channels)
+    (one thread; float32 but where said): windows of at most 16 taps per axis (each output
+    row folds its window's input rows, vectorised over whole rows of W*C elements)
 
     - at a last-axis stride of 2 or more, where the passes reduce every input position along
       the last axis (3x3 at stride 2 over (1,56,56,64): 0.07 against 0.12 ms; (8,112,112,3):
       0.36 against 2.6; 2x2 over (8,112,112,24): 0.52 against 1.2; uint8 3x3, 0.40 against
       1.2; 3-D 3x3x3 over (2,32,32,32,16): 0.28 against 1.5);
-    - in 2-D where the passes would take van Herk runs (7x7 at stride 1 over (4,256,256,16):
-      5.5 against 6.1 ms; float64, 11.1 against 11.4).
+    - at stride 1, where a row's uncut outputs are one stream along it (tap t of element i is
+      element i + t*d*C): 7x7 over (4,256,256,16), 8.8 against 14 ms; 3x3 over (8,56,56,8),
+      0.17 against 0.25; 3-D 5x5x5 over (2,48,48,48,8), 9.1 against 15 (float16 5.3 against
+      24, uint8 1.9 against 6.2); 1-D 5 taps over (4,8192,3), 0.065 against 0.49;
 
-    Not short windows at stride 1 (3x3 over (8,56,56,8): 0.33 against 0.17 ms; 3-D 3x3x3,
-    0.93 against 0.82; 1-D 9 taps, 0.34 against 0.29)."""
+    but not 8-byte 1-D windows of 8 taps and more, which the passes fold by van Herk runs
+    (float64 15 taps over (4,8192,16): 2.2 against 1.4 ms)."""
     if max(plan.kernel) > ROWS_LONGEST_WINDOW:
         return False
-    return plan.strides[-1] >= 2 or (plan.rank == 2 and any(
-        _van_herk(k, s) for k, s in zip(plan.kernel, plan.strides)))
+    return not (itemsize == 8 and plan.rank == 1 and plan.strides[0] == 1
+                and plan.kernel[0] >= LADDER_TAPS)
 
 
 def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int,
@@ -993,6 +995,8 @@ class _ChannelsLastLaunch:
 
     def __init__(self, label, n, c, dtype, plan, return_indices, storage_order, forced,
                  threads):
+        self.out_shape = (n,) + plan.out_shape + (c,)
+        self.index_shape = (n, c) + plan.out_shape
         kernel, self.reason = choose_kernel(plan, dtype.itemsize, storage_order, forced,
                                             not return_indices, lanes=c)
         if forced is None and kernel not in (DIRECT, ROWS, ROW_BLOCKS):
@@ -1005,13 +1009,11 @@ class _ChannelsLastLaunch:
         self.dtype = dtype
         self.forced = forced
         self.kernel_name = None
-        self.out_shape = (n,) + plan.out_shape + (c,)
-        self.index_shape = (n, c) + plan.out_shape
         check_size(label, "Y", self.out_shape, dtype)
         if return_indices:
             check_size(label, "Indices", self.index_shape, np.int64)
         self.return_indices = return_indices
-        self.n = n
+        self.samples = n
         in_size, out_size = math.prod(plan.in_shape), math.prod(plan.out_shape)
         work = n * c * (in_size + out_size * (2 if return_indices else 1))
         self.work = work
@@ -1033,7 +1035,7 @@ class _ChannelsLastLaunch:
         y = allocate(self.label, "Y", self.out_shape, self.dtype, size_checked=True)
         indices = allocate(self.label, "Indices", self.index_shape, np.int64,
                            size_checked=True) if self.return_indices else None
-        n = self.n
+        n = self.samples
         xs = kernel_input(np.ascontiguousarray(x).reshape(n, -1).view(self.value_type))
         tables = self.tables
         ys = y.reshape(n, -1).view(self.value_type)
