@@ -336,6 +336,48 @@ HAND_PICKED = [
 ]
 
 
+# Leading axes that every window spans one element of, in place (kernel 1, stride 1, no
+# pads), are pooled as planes of their own (WindowPlan.planes_from_leading_axes): a 3-D
+# 1x3x3 window as a 2-D 3x3 one over D times the planes.  Row-major Indices keep their flat
+# offsets; column-major ones, and channels-last Indices, keep the whole plan.
+LEADING_PLANES = [
+    ((2, 3, 4, 7, 9), [1, 3, 3], dict(strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1]), 24),
+    ((1, 2, 3, 2, 6, 8), [1, 1, 2, 3], dict(strides=[1, 1, 2, 1], pads=[0, 0, 1, 1] * 2), 12),
+    ((2, 2, 5, 8), [1, 3], dict(dilations=[4, 1], pads=[0, 2, 0, 2]), 20),  # a 1-tap dilation
+    ((1, 2, 3, 6), [1, 1], {}, 6),  # windows of one tap: the last axis stays
+    ((2, 2, 4, 6, 6), [1, 2, 2], dict(strides=[1, 2, 2]), 16),  # 2x2 tiles
+    ((2, 2, 4, 6, 6), [1, 2, 2], dict(pads=[1, 0, 0, 0, 0, 0]), 4),  # padded: not planes
+    ((2, 2, 4, 6, 6), [1, 2, 2], dict(strides=[2, 1, 1]), 4),  # strided: not planes
+]
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16),
+                                   np.dtype(np.int8)], ids=lambda t: t.name)
+@pytest.mark.parametrize("shape, kernel_shape, attributes, planes", LEADING_PLANES)
+def test_leading_axes_of_one_tap_are_planes(shape, kernel_shape, attributes, planes, dtype):
+    rng = np.random.default_rng(zlib.crc32(f"{shape}-{kernel_shape}-{attributes}".encode()))
+    x = values(rng, shape, dtype)
+    for kernel in GENERAL + PLAIN:
+        for storage_order in (0, 1):
+            check(kernel, x, kernel_shape, storage_order=storage_order, **attributes)
+        check(kernel, x, kernel_shape, channels_last=True, **attributes)
+    check_row_blocks(x, kernel_shape, **attributes)
+    max_pool_module._LAUNCHES.clear()
+    poolfold.max_pool(x, kernel_shape, **attributes)
+    for storage_order in (0, 1):
+        poolfold.max_pool(x, kernel_shape, storage_order=storage_order, return_indices=True,
+                          **attributes)
+    launches = list(max_pool_module._LAUNCHES.values())
+    assert [launch.planes for launch in launches] == [planes, planes, shape[0] * shape[1]]
+    for launch in launches[:2]:  # the kernel chosen for the plan with the planes taken out
+        plan = max_pool_module.resolve_plan(
+            poolfold.schema.resolve("MaxPool", None), shape, kernel_shape,
+            attributes.get("strides"), attributes.get("pads"), attributes.get("dilations"),
+            "NOTSET", False).planes_from_leading_axes()[0]
+        assert launch.kernel == max_pool_module.choose_kernel(
+            plan, dtype.itemsize, 0, None, launch is launches[0])[0]
+
+
 @pytest.mark.parametrize("kernel", GENERAL)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("shape, kernel_shape, attributes", HAND_PICKED)

@@ -176,6 +176,23 @@ class WindowPlan:
         return hash((self.in_shape, self.kernel, self.strides, self.dilations, self.pad_begin,
                      self.pad_end, self.out_shape))
 
+    def planes_from_leading_axes(self) -> tuple[WindowPlan, int]:
+        """This plan without its leading axes that every window spans one element of, in
+        place (kernel 1, stride 1, no padding), and how many positions those axes hold: each
+        is a plane of its own.  A 3-D 1x3x3 window is a 2-D 3x3 window over D times as many
+        planes, the same elements at the same flat offsets (so row-major Indices too).  The
+        last axis always stays."""
+        m = 0
+        while m < self.rank - 1 and self.kernel[m] == 1 and self.strides[m] == 1 and (
+                self.pad_begin[m] == 0 and self.pad_end[m] == 0
+                and self.out_shape[m] == self.in_shape[m]):
+            m += 1
+        if m == 0:
+            return self, 1
+        return WindowPlan(self.in_shape[m:], self.kernel[m:], self.strides[m:],
+                          self.dilations[m:], self.pad_begin[m:], self.pad_end[m:],
+                          self.out_shape[m:], self.label), math.prod(self.in_shape[:m])
+
     @functools.cached_property
     def dims(self) -> PlanDims:
         """Built once per plan (plans are cached), not on every call: kernels only read them."""

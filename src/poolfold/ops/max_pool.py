@@ -848,7 +848,10 @@ class _PoolLaunch:
         if return_indices:
             check_size(label, "Indices", self.out_shape, np.int64)
         self.return_indices = return_indices
-        self.planes = nc[0] * nc[1]
+        merged = 1
+        if storage_order == 0:  # row-major Indices keep their flat offsets
+            plan, merged = plan.planes_from_leading_axes()
+        self.planes = nc[0] * nc[1] * merged
         self.forced = forced
         self.kernel, self.reason = choose_kernel(plan, dtype.itemsize, storage_order, forced,
                                                  not return_indices)
@@ -997,6 +1000,9 @@ class _ChannelsLastLaunch:
                  threads):
         self.out_shape = (n,) + plan.out_shape + (c,)
         self.index_shape = (n, c) + plan.out_shape
+        if not return_indices:  # NCHW Indices would not keep their offsets
+            plan, merged = plan.planes_from_leading_axes()
+            n *= merged
         kernel, self.reason = choose_kernel(plan, dtype.itemsize, storage_order, forced,
                                             not return_indices, lanes=c)
         if forced is None and kernel not in (DIRECT, ROWS, ROW_BLOCKS):
