@@ -328,6 +328,7 @@ HAND_PICKED = [
     ((1, 2, 9, 10), [3, 3], dict(strides=[2, 2], pads=[4, 5, 4, 5], ceil_mode=True)),
     ((1, 2, 9, 10), [5, 5], dict(strides=[2, 2], auto_pad="SAME_LOWER", dilations=[2, 1])),
     ((2, 2, 5, 6, 7), [3, 3, 3], dict(strides=[2, 2, 2], pads=[1] * 6)),
+    ((1, 2, 6, 7, 9), [3, 3, 5], dict(auto_pad="SAME_UPPER")),  # rows: runs on the last axis
     ((1, 2, 4, 5, 3, 4), [2, 3, 2, 2], dict(strides=[1, 2, 1, 2], pads=[0, 1, 1, 0] * 2)),
     ((1, 3, 1, 17), [1, 9], dict(strides=[1, 1], pads=[0, 8, 0, 8])),
     # last-axis windows of 8 taps and more: the row kernel's ladder of runs
@@ -438,6 +439,16 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([3, 3], [2, 2], shape=wide) == ROWS  # a last axis at stride 2
     assert chosen([3, 3], [2, 2]) == ROW_BLOCKS
     assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 9, 9)) == ROW_BLOCKS
+    # 3-D at stride 1: rows where the passes would take the last axis by van Herk runs and
+    # the leading axes hold at most 25 taps
+    cube, long_rows = (1, 2, 12, 12, 12), (1, 2, 9, 9, 300)
+    assert chosen([3, 3, 3], [1, 1, 1], shape=cube) == PASSES
+    assert chosen([5, 5, 5], [1, 1, 1], shape=cube) == ROW_BLOCKS
+    assert chosen([5, 5, 5], [1, 1, 1], shape=cube, itemsize=1) == ROW_BLOCKS
+    assert chosen([3, 3, 5], [1, 1, 1], shape=long_rows) == ROWS
+    assert chosen([3, 3, 5], [1, 1, 1], shape=long_rows, itemsize=2) == ROWS
+    assert chosen([5, 5, 3], [1, 1, 1], shape=cube) == PASSES  # runs on a leading axis only
+    assert chosen([7, 7, 5], [1, 1, 1], shape=cube) == PASSES  # 49 leading taps
     assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 9, 9), itemsize=1) == ROW_BLOCKS
     assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 300, 300), itemsize=1) not in \
         WITHOUT_INDICES  # uint8, long rows: not the row kernel

@@ -398,14 +398,38 @@ def _row_blocks_win(plan: WindowPlan, itemsize: int) -> bool:
       0.62), and 2-D windows the passes would take van Herk runs for (float32 5x5 over
       (4,32,56,56): 0.50 against 1.3 ms; the row kernel 0.66).
 
+    - in 3-D and up, windows whose last axis the passes would take by van Herk runs
+      (:func:`_last_axis_runs_lose`).
+
     Not 4- and 8-byte types' short windows at stride 1, whose passes run over whole planes
     (3x3 over (8,32,80,80): 1.01 against 1.09 ms; 1-D 3 taps over (64,64,32): 0.082 against
     0.095), nor 1-byte 3-D ones (0.90 against 1.5)."""
     if plan.strides[-1] >= 2 or itemsize == 2:
         return True
+    if plan.rank > 2:
+        return _last_axis_runs_lose(plan)
     if itemsize == 1:
-        return plan.rank <= 2
+        return True
     return plan.rank == 2 and any(_van_herk(k, s) for k, s in zip(plan.kernel, plan.strides))
+
+
+# The most taps a window has along its leading axes for the row kernels to take it where the
+# passes would run van Herk runs along the last axis (see _last_axis_runs_lose).
+ROWS_MOST_LEADING_TAPS = 25
+
+
+def _last_axis_runs_lose(plan: WindowPlan) -> bool:
+    """Whether the passes would take the last axis of a window of 3-D and up by van Herk
+    runs (a channels-first last axis goes through lanes then, transposed), and the window
+    has at most :data:`ROWS_MOST_LEADING_TAPS` taps along its other axes, each of which the
+    row kernels fold per output row.  Measured, one thread, stride 1, by rows (short rows: in
+    blocks) against the passes (ms): 5x5x5 over (2,8,48,48,48) 6.1 against 9.0 (float64
+    13.9 against 17.9, uint8 4.2 against 4.2), 3x3x5 4.1 against 8.7 (uint8 2.3 against
+    3.7), 3x3x7 6.2 against 12.5; over (1,4,16,64,400), 5x5x5 4.4 against 7.5 (uint8 1.1
+    against 3.3), 3x5x7 over (1,8,8,32,1000) 3.9 against 7.9; but 7x7x5 19 against 18, and
+    where only a leading axis takes runs, 5x5x3 8.2 against 3.8."""
+    leading = math.prod(plan.kernel[:-1])
+    return _van_herk(plan.kernel[-1], plan.strides[-1]) and leading <= ROWS_MOST_LEADING_TAPS
 
 
 def _row_block_layout(plan: WindowPlan) -> tuple[int, int, int]:
@@ -441,7 +465,9 @@ def _rows_win(plan: WindowPlan, itemsize: int) -> bool:
     - 2-D windows where the passes would take van Herk runs (2-D 7x7 at stride 1: 5.8 against
       11.2 ms; 3x7, 3.8 against 9.7 ms), but for the half types, whose every tap is widened
       to float32 here, where the runs widen about three per position (float16 9x9: 14 against
-      7.1 ms).
+      7.1 ms);
+    - in 3-D and up, windows whose last axis the passes would take by van Herk runs
+      (:func:`_last_axis_runs_lose`).
 
     Not short windows at stride 1, nor 3-D at that stride: the passes' loops run over whole
     planes, rows over one row at a time (3-D 3x3x3 over (2,16,40,40,40): 4.8 against 2.5 ms;
@@ -454,8 +480,9 @@ def _rows_win(plan: WindowPlan, itemsize: int) -> bool:
         return True
     if plan.strides[-1] == 2:
         return plan.rank == 2 or itemsize > 1
-    return plan.rank == 2 and itemsize != 2 and any(_van_herk(k, s) for k, s in
-                                                    zip(plan.kernel, plan.strides))
+    if plan.rank > 2:
+        return _last_axis_runs_lose(plan)
+    return itemsize != 2 and any(_van_herk(k, s) for k, s in zip(plan.kernel, plan.strides))
 
 
 def _rows_win_lanes(plan: WindowPlan, itemsize: int, lanes: int) -> bool:
