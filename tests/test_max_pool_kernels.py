@@ -439,6 +439,8 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([3, 3], [2, 2], shape=wide) == ROWS  # a last axis at stride 2
     assert chosen([3, 3], [2, 2]) == ROW_BLOCKS
     assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 9, 9)) == ROW_BLOCKS
+    assert chosen([17, 1], [1, 1]) == PASSES  # each output row would fold 17 rows
+    assert chosen([17, 3], [2, 2], itemsize=2) == PASSES
     # 3-D at stride 1: rows where the passes would take the last axis by van Herk runs and
     # the leading axes hold at most 25 taps
     cube, long_rows = (1, 2, 12, 12, 12), (1, 2, 9, 9, 300)

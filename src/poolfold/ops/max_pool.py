@@ -403,7 +403,11 @@ def _row_blocks_win(plan: WindowPlan, itemsize: int) -> bool:
 
     Not 4- and 8-byte types' short windows at stride 1, whose passes run over whole planes
     (3x3 over (8,32,80,80): 1.01 against 1.09 ms; 1-D 3 taps over (64,64,32): 0.082 against
-    0.095), nor 1-byte 3-D ones (0.90 against 1.5)."""
+    0.095), nor 1-byte 3-D ones (0.90 against 1.5); nor windows of more than
+    :data:`ROWS_LONGEST_WINDOW` taps along a leading axis, each of which the blocks fold per
+    output row (63x1 over (4,16,256,256): 25 ms, where the passes take 24 for 63x63)."""
+    if max(plan.kernel[:-1], default=1) > ROWS_LONGEST_WINDOW:
+        return False
     if plan.strides[-1] >= 2 or itemsize == 2:
         return True
     if plan.rank > 2:
