@@ -488,6 +488,40 @@ def test_global_max_pool_nan_and_inf_rows():
         oracle.assert_within_bound(fn(x), want, info, F32, kind)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_global_max_pool_keeps_the_first_winners_bits(dtype):
+    """The first of equal largest values, its bits: +0 and -0 tie (the first wins), and the
+    first NaN wins whatever NaNs follow; each plane against a scan written here, in both
+    layouts, planes of 4 and of 300 elements."""
+    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dtype).itemsize]
+    top = np.array(np.nan, dtype).view(bits)
+    quiet, other = top | 1, (top | 2) ^ bits(1 << (8 * np.dtype(dtype).itemsize - 1))
+    planes = [[-0.0, 0.0, -1.0, 0.0], [0.0, -0.0, -0.0, -2.0], [-0.0, -0.0, -3.0, -0.0],
+              [1.0, np.nan, 5.0, np.nan], [-np.inf, np.nan, np.nan, 2.0],
+              [2.0, -1.0, 2.0, 0.0], [-5.0, -4.0, -4.0, -6.0]]
+    x = np.array(planes).astype(dtype)
+    x[4, 1] = other.view(dtype)  # a negative NaN with a payload, then another NaN
+    x[4, 2] = quiet.view(dtype)
+    x[3, 3] = other.view(dtype)
+    long = np.zeros((3, 300)).astype(dtype)
+    long[0, 10], long[0, 200] = -0.0, 0.0  # a long plane whose largest is a zero
+    long[1, 7], long[1, 250] = other.view(dtype), quiet.view(dtype)
+    long[2] = np.linspace(-3, 3, 300).astype(dtype)
+    for data in (x, long):
+        want = []
+        for plane in data:
+            chosen = plane[0]
+            for v in plane[1:]:
+                if not np.isnan(chosen) and (np.isnan(v) or v > chosen):
+                    chosen = v
+            want.append(np.array(chosen, dtype).view(bits))
+        got = poolfold.global_max_pool(data.reshape(1, len(data), -1, 2))
+        assert got.reshape(-1).view(bits).tolist() == want
+        if dtype != BF16:  # the nhwc domain has no bfloat16
+            got = poolfold.nhwc.global_max_pool(data.T.reshape(1, -1, 2, len(data)).copy())
+            assert got.reshape(-1).view(bits).tolist() == want
+
+
 # --------------------------------------------------------------------------------------------
 # com.ms.internal.nhwc
 # --------------------------------------------------------------------------------------------

@@ -768,17 +768,17 @@ def scaled_plane_sums(x, y, size, p, start, stop):
 
 
 @_kernel
-def global_max(x, keys, y, size, channels, order, start, stop):
+def global_max(x, keys, y_keys, size, channels, order, start, stop):
     """GlobalMaxPool over ``x`` as ``(outer, size, channels)``: ``y[outer, c]`` is the
     element of the largest value (its bits kept; the first of equal ones), or the first NaN
-    if any.  Work items are outers.  ``keys`` is ``x``'s bits as signed integers and
-    ``order`` (see :func:`_plane_winner`) what turns them into keys that sort as the
-    values do."""
+    if any, written through ``y_keys``, Y's bits as signed integers as ``keys`` is X's.  Work
+    items are outers.  ``order`` (see :func:`_plane_winner`) turns those bits into keys that
+    sort as the values do."""
     best = np.empty(channels, np.float64)
     winner = np.empty(channels, np.int64)
     for i in range(start, stop):
         if channels == 1:
-            y[i, 0] = x[i, _plane_winner(x, keys, i, size, order)]
+            y_keys[i, 0] = _plane_winner(x, keys, i, size, order)
             continue
         for c in range(channels):
             best[c] = widen(x[i, c])
@@ -791,17 +791,19 @@ def global_max(x, keys, y, size, channels, order, start, stop):
                     best[c] = v
                     winner[c] = at + c
         for c in range(channels):
-            y[i, c] = x[i, winner[c]]
+            y_keys[i, c] = keys[i, winner[c]]
 
 
 @_helper
 def _plane_winner(x, keys, i, size, order):
-    """The position of plane i's largest value (the first of equal ones), or of its first
-    NaN.  IEEE floats sort as their bits read as sign-magnitude integers: ``k ^ ((k >>
-    shift) & mask)`` turns a signed view of the bits into keys that sort as the values, NaNs
-    beyond the infinities.  The largest and smallest key come from integer loops that
-    vectorise (a float maximum with NaN in play does not), then one search finds the first
-    position holding the winner.  ``order``: shift, mask, the keys of +inf and -inf."""
+    """The bits (as a signed integer) of plane i's largest value (the first of equal ones),
+    or of its first NaN.  IEEE floats sort as their bits read as sign-magnitude integers: ``k
+    ^ ((k >> shift) & mask)`` turns a signed view of the bits into keys that sort as the
+    values, NaNs beyond the infinities, and turns a key back into the bits.  The largest and
+    smallest key come from one integer loop that vectorises (a float maximum with NaN in play
+    does not).  Equal values have equal bits but for the zeros and the NaNs: only a NaN, or a
+    largest value of +0 (which ties with -0), needs the plane searched again for the first
+    such element.  ``order``: shift, mask, the keys of +inf and -inf."""
     shift, mask, top, bottom = order[0], order[1], order[2], order[3]
     high = bottom - 1
     low = top + 1
@@ -814,15 +816,14 @@ def _plane_winner(x, keys, i, size, order):
         for q in range(size):
             v = widen(x[i, q])
             if v != v:
-                return q
-    # The first element equal to the largest value, as a minimum reduction over the whole
-    # plane (it vectorises; a loop that stops at the first hit does not).  Equal values
-    # have equal keys but for the zeros: +0's key is 0 and -0's is -1, and -0 before +0
-    # ties with it.
-    other = -1 if high == 0 else high
+                return np.int64(keys[i, q])
+    if high != 0:
+        return high ^ ((high >> shift) & mask)
+    # +0 is the largest: the first zero, +0 (key 0) or -0 (key -1), as a minimum reduction
+    # over the whole plane (it vectorises; a loop that stops at the first hit does not)
     first = size
     for q in range(size):
         k = np.int64(keys[i, q])
         key = k ^ ((k >> shift) & mask)
-        first = min(first, q if key == high or key == other else size)
-    return first
+        first = min(first, q if key == 0 or key == -1 else size)
+    return np.int64(keys[i, first])

@@ -454,9 +454,9 @@ def pool_global(label: str, x: np.ndarray, channels_last: bool, kind: str,
     ys = dtypes.value_view(y).reshape(layout.outer, -1)
     parts = split_parts(layout.outer, x.size, kernel_threads())
     if kind == "max":
-        keys = xs.view(_SIGNED[x.dtype.itemsize])
-        launch_split(global_max, layout.outer, xs, keys, ys, size, layout.channels,
-                     _key_order(x.dtype), parts=parts)
+        signed = _SIGNED[x.dtype.itemsize]
+        launch_split(global_max, layout.outer, xs, xs.view(signed), ys.view(signed), size,
+                     layout.channels, _key_order(x.dtype), parts=parts)
         return y
     scaled = is_scaled(kind, x.dtype, p)
     if layout.channels == 1:
