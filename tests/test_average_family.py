@@ -375,6 +375,14 @@ def test_average_pool_no_spurious_overflow(dtype, value):
                                dtype, "average")
     want, info = oracle.global_average_pool(x)
     oracle.assert_within_bound(poolfold.global_average_pool(x), want, info, dtype, "average")
+    # GlobalAveragePool of planes of which some overflow, some hold inf or NaN and some
+    # neither: only the first two kinds are added again, after the others
+    x = np.full((2, 3, 4, 5), 1.5, dtype=dtype)
+    x[0, 1], x[0, 1, 0, 0] = value, -value
+    x[1, 0, 2, 2], x[1, 2, 1, 1] = np.inf, np.nan
+    want, info = oracle.global_average_pool(x)
+    assert np.isfinite(want[0]).all()
+    oracle.assert_within_bound(poolfold.global_average_pool(x), want, info, dtype, "average")
     # Channels-last, and a row whose other windows hold small values, inf and NaN: the
     # float32 row sums redo only the windows that overflowed, the others keep their values.
     x = np.full((1, 2, 3, 40), 1.5, dtype=dtype)

@@ -733,6 +733,31 @@ def plane_sums(x, y, size, mode, transform, mark, p, compensated, start, stop):
         y[i] = narrow_to(value, y)
 
 
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+def plane_means(x, y, size, start, stop):
+    """GlobalAveragePool over channels-first planes of a type of at most 4 bytes: ``y[i]``
+    the mean of the ``size`` elements ``x[i]``, summed in float32 (twice float64's lanes; the
+    contract's accumulator), in any order (``reassoc``: the loop vectorises).  A plane whose
+    float32 sum is not finite (it overflowed, or the plane holds inf or NaN) is added again
+    in float64 once every plane is done: a branch to that sum inside the plane loop, or a
+    call per plane, made 49-element planes 2.2x slower."""
+    redo = np.empty(stop - start, np.int64)
+    redoing = 0
+    for i in range(start, stop):
+        narrow = np.float32(0.0)
+        for q in range(size):
+            narrow += as_float32_value(x[i, q])
+        y[i] = narrow_to(np.float64(narrow) / size, y)
+        redo[redoing] = i
+        redoing += not np.isfinite(narrow)
+    for r in range(redoing):
+        i = redo[r]
+        total = 0.0
+        for q in range(size):
+            total += widen(x[i, q])
+        y[i] = narrow_to(total / size, y)
+
+
 @_kernel
 def scaled_plane_sums(x, y, size, p, start, stop):
     """GlobalLpPool without overflow or underflow: per plane, m = the largest |x|, then

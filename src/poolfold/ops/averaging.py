@@ -23,8 +23,8 @@ from ..geometry import WindowPlan
 from ..kernels.threads import kernel_threads, launch_split, split_parts
 from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RUN_SUFFIX,
                                   ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
-                                  global_max, term_marker, plane_sums, scaled_plane_sums,
-                                  scaled_window_sums, window_sums)
+                                  global_max, term_marker, plane_means, plane_sums,
+                                  scaled_plane_sums, scaled_window_sums, window_sums)
 from ..kernels.window_rows import BLOCK_ELEMENTS as ROW_BLOCK_ELEMENTS, window_rows
 from ..memory import allocate, check_size, check_table
 from ._common import activate, as_tensor, flag, kernel_input
@@ -464,6 +464,8 @@ def pool_global(label: str, x: np.ndarray, channels_last: bool, kind: str,
         if scaled:
             launch_split(scaled_plane_sums, layout.outer, planes, outs, size, float(p),
                          parts=parts)
+        elif kind == "average" and x.dtype.itemsize < 8:
+            launch_split(plane_means, layout.outer, planes, outs, size, parts=parts)
         else:
             mode, transform = _sum_mode(kind, p)
             launch_split(plane_sums, layout.outer, planes, outs, size, mode, transform,
