@@ -496,6 +496,38 @@ def test_global_max_pool_nan_and_inf_rows():
         oracle.assert_within_bound(fn(x), want, info, F32, kind)
 
 
+def test_calls_with_the_same_exact_arguments_reuse_their_launch():
+    """AveragePool and LpPool keep a call's launch (``_CALLS``) for calls the checks treat
+    alike: the same op, exact Python ints and tuples, the same X shape and type, the same
+    count_include_pad and p; others are checked afresh, and refusals are never kept."""
+    from poolfold.ops import averaging as module
+
+    x = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+    module._CALLS.clear()
+    first = poolfold.average_pool(x, [2, 2], pads=[0, 0, 1, 1])
+    assert len(module._CALLS) == 1
+    launch = next(iter(module._CALLS.values()))
+    again = poolfold.average_pool(x, (2, 2), pads=(0, 0, 1, 1))  # tuples and lists alike
+    assert len(module._CALLS) == 1 and next(iter(module._CALLS.values())) is launch
+    assert np.array_equal(first, again)
+    padded = poolfold.average_pool(x, [2, 2], pads=[0, 0, 1, 1], count_include_pad=1)
+    assert len(module._CALLS) == 2 and not np.array_equal(padded, first)
+    for p in (1, 2):  # another op on the same windows, and another p: their own launches
+        want, info = oracle.lp_pool(x, [2, 2], p=p, pads=[0, 0, 1, 1])
+        oracle.assert_within_bound(poolfold.lp_pool(x, [2, 2], p=p, pads=[0, 0, 1, 1]),
+                                   want, info, F32, "lp")
+    assert len(module._CALLS) == 4
+    poolfold.average_pool(x, [np.int64(2), 2])  # a numpy integer: checked, not kept
+    assert len(module._CALLS) == 4
+    with pytest.raises(TypeError, match="kernel_shape"):
+        poolfold.average_pool(x, [2.0, 2])  # equal to 2, but refused: never served a launch
+    with pytest.raises(PoolfoldError, match="p"):
+        poolfold.lp_pool(x, [2, 2], p=-1)
+    assert len(module._CALLS) == 4
+    poolfold.average_pool(x.astype(np.float64), [2, 2], pads=[0, 0, 1, 1])  # another type
+    assert len(module._CALLS) == 5
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_global_max_pool_keeps_the_first_winners_bits(dtype):
     """The first of equal largest values, its bits: +0 and -0 tie (the first wins), and the

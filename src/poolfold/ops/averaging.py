@@ -20,6 +20,7 @@ import numpy as np
 from .. import activations, dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowPlan
+from ..kernels.activation import IDENTITY
 from ..kernels.threads import kernel_threads, launch_split, split_parts
 from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RUN_SUFFIX,
                                   ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
@@ -27,7 +28,7 @@ from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RU
                                   scaled_plane_sums, scaled_window_sums, window_sums)
 from ..kernels.window_rows import BLOCK_ELEMENTS as ROW_BLOCK_ELEMENTS, window_rows
 from ..memory import allocate, check_size, check_table
-from ._common import activate, as_tensor, flag, kernel_input
+from ._common import CallCache, activate, as_tensor, flag, kernel_input
 from .layout import channels_last_order, is_channels_last, nchw_order
 from .max_pool import resolve_plan
 
@@ -280,63 +281,94 @@ def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: boo
     ``running`` (per axis) and ``channel_block`` impose the passes' running-sums choice and
     the channels-last work items' width instead of deriving them from ``plan``: poolfold.dask
     pools a slab with the whole tensor's choices, so that every output has its bits."""
-    layout = _layout(x.shape, channels_last)
-    out_shape = _output_shape(x.shape, plan.out_shape, channels_last)
-    check_size(label, "Y", out_shape, x.dtype)
-    y = allocate(label, "Y", out_shape, x.dtype, size_checked=True)
-    if y.size == 0:
+    return _windows_launch(label, x.shape, x.dtype, plan, channels_last, kind,
+                           count_include_pad, float(p), running, channel_block,
+                           kernel_threads())(x)
+
+
+class _WindowsLaunch:
+    """Everything :func:`pool_windows` does besides touching its arrays, for one plan, input
+    shape and type, op, thread count and imposed choices: the output's size check, the
+    kernel and its arguments, its parts.  Built once (:func:`_windows_launch`), as a model
+    repeats its calls."""
+
+    def __init__(self, label, shape, dtype, plan, channels_last, kind, count_include_pad, p,
+                 running, channel_block, threads):
+        layout = _layout(shape, channels_last)
+        self.label = label
+        self.dtype = dtype
+        self.outer = layout.outer
+        self.out_shape = _output_shape(shape, plan.out_shape, channels_last)
+        check_size(label, "Y", self.out_shape, dtype)
+        self.empty = None  # Y's values where every window is empty
+        self.kernel = None
+        if math.prod(self.out_shape) == 0:
+            return
+        average = kind == "average"
+        divisor = ("padded" if count_include_pad else "valid") if average else None
+        if running is None:
+            running = running_sum_axes(plan, dtype, kind, p, layout.channels == 1)
+        tables = window_tables(plan, divisor, running)
+        if math.prod(plan.in_shape) == 0:  # every window empty: 0 / divisor, or LpPool's 0
+            # 0 * (1 / divisor): NaN where the divisor is 0, the NaN the kernels'
+            # multiplication gives (its sign is the CPU's), so that a slab of the tensor that
+            # holds no input (poolfold.dask) has the bits the whole tensor's kernel gives
+            with np.errstate(invalid="ignore"):
+                values = (0.0 * tables.inverse if average
+                          else np.zeros(math.prod(plan.out_shape)))
+            per_position = values.astype(dtype)
+            self.empty = per_position.reshape(
+                (1,) + plan.out_shape + (1,) if channels_last else (1, 1) + plan.out_shape)
+            return
+        work = math.prod(shape) + math.prod(self.out_shape) * 4
+        mode, transform = _sum_mode("average" if average else "lp", p)
+        self.flat = True  # the kernel takes X and Y as flat arrays
+        if not any(running) and takes_row_sums(plan, dtype, kind, p):
+            _check_row_scratch(label, plan, layout.channels)
+            rows = layout.outer * (math.prod(plan.out_shape) // plan.out_shape[-1])
+            self.kernel, self.count = window_rows, rows
+            self.arguments = (tables.axes, tables.taps, tables.axis_inverse, layout.channels,
+                              mode, term_marker(transform), float(p))
+            self.parts = split_parts(rows, work, threads)
+            return
+        block = channel_block_for(plan, layout.channels) if channel_block is None else min(
+            channel_block, layout.channels)
+        scaled = is_scaled(kind, dtype, p)
+        group = 1 if scaled or layout.channels > 1 else _plane_group(plan, layout.outer)
+        _check_scratch(label, plan, block * group, scaled)
+        blocks = -(-layout.channels // block)
+        self.count = layout.outer * blocks if layout.channels > 1 else -(-layout.outer // group)
+        self.parts = split_parts(self.count, work, threads)
+        if scaled:
+            self.kernel, self.flat = scaled_window_sums, False
+            self.arguments = (tables.axes, tables.taps, layout.channels, block, float(p))
+            return
+        wide = dtype.itemsize == 8
+        # float64 averages are divided axis by axis (a float64 sum may overflow where the
+        # average does not), and summed with compensation
+        axis_counts = tables.axis_counts if average and wide else None
+        self.kernel = window_sums
+        self.arguments = (tables.axes, tables.taps, tables.inverse, axis_counts,
+                          layout.channels, block, group,
+                          AS_IS if axis_counts is not None else mode, term_marker(transform),
+                          float(p), _COMPENSATE if wide else None)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        y = allocate(self.label, "Y", self.out_shape, self.dtype, size_checked=True)
+        if self.empty is not None:
+            y[...] = self.empty
+        if self.kernel is None:
+            return y
+        xs = kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(self.outer, -1))
+        ys = dtypes.value_view(y).reshape(self.outer, -1)
+        if self.flat:
+            xs, ys = xs.reshape(-1), ys.reshape(-1)
+        launch_split(self.kernel, self.count, xs, ys, *self.arguments, parts=self.parts)
         return y
-    average = kind == "average"
-    divisor = ("padded" if count_include_pad else "valid") if average else None
-    if running is None:
-        running = running_sum_axes(plan, x.dtype, kind, p, layout.channels == 1)
-    tables = window_tables(plan, divisor, running)
-    if math.prod(plan.in_shape) == 0:  # every window empty: 0 / divisor, or LpPool's 0
-        # 0 * (1 / divisor): NaN where the divisor is 0, the NaN the kernels' multiplication
-        # gives (its sign is the CPU's), so that a slab of the tensor that holds no input
-        # (poolfold.dask) has the bits the whole tensor's kernel gives
-        with np.errstate(invalid="ignore"):
-            values = (0.0 * tables.inverse if average
-                      else np.zeros(math.prod(plan.out_shape)))
-        per_position = values.astype(x.dtype)
-        if channels_last:
-            y[...] = per_position.reshape((1,) + plan.out_shape + (1,))
-        else:
-            y[...] = per_position.reshape((1, 1) + plan.out_shape)
-        return y
-    xs = kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(layout.outer, -1))
-    ys = dtypes.value_view(y).reshape(layout.outer, -1)
-    work = x.size + y.size * 4
-    mode, transform = _sum_mode("average" if average else "lp", p)
-    if not any(running) and takes_row_sums(plan, x.dtype, kind, p):
-        _check_row_scratch(label, plan, layout.channels)
-        rows = layout.outer * (math.prod(plan.out_shape) // plan.out_shape[-1])
-        launch_split(window_rows, rows, xs.reshape(-1), ys.reshape(-1), tables.axes,
-                     tables.taps, tables.axis_inverse, layout.channels, mode,
-                     term_marker(transform), float(p),
-                     parts=split_parts(rows, work, kernel_threads()))
-        return y
-    block = channel_block_for(plan, layout.channels) if channel_block is None else min(
-        channel_block, layout.channels)
-    scaled = is_scaled(kind, x.dtype, p)
-    group = 1 if scaled or layout.channels > 1 else _plane_group(plan, layout.outer)
-    _check_scratch(label, plan, block * group, scaled)
-    blocks = -(-layout.channels // block)
-    items = layout.outer * blocks if layout.channels > 1 else -(-layout.outer // group)
-    parts = split_parts(items, work, kernel_threads())
-    if scaled:
-        launch_split(scaled_window_sums, items, xs, ys, tables.axes, tables.taps,
-                     layout.channels, block, float(p), parts=parts)
-        return y
-    wide = x.dtype.itemsize == 8
-    # float64 averages are divided axis by axis (a float64 sum may overflow where the
-    # average does not), and summed with compensation
-    axis_counts = tables.axis_counts if average and wide else None
-    launch_split(window_sums, items, xs.reshape(-1), ys.reshape(-1), tables.axes,
-                 tables.taps, tables.inverse, axis_counts, layout.channels, block, group,
-                 AS_IS if axis_counts is not None else mode, term_marker(transform), float(p),
-                 _COMPENSATE if wide else None, parts=parts)
-    return y
+
+
+# A model's calls repeat; each entry holds only references to its plan's cached tables.
+_windows_launch = functools.lru_cache(maxsize=256)(_WindowsLaunch)
 
 
 # Channels-first planes are pooled this many elements at a time at most (several small
@@ -366,11 +398,21 @@ def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
     >>> average_pool(np.arange(4.0).reshape(1, 1, 4), [2]).tolist()
     [[[0.5, 1.5, 2.5]]]
     """
-    spec = schema.resolve("AveragePool", opset)
-    x, launch = prepare_average_pool(spec, x, kernel_shape, strides=strides, pads=pads,
-                                     dilations=dilations, auto_pad=auto_pad,
-                                     ceil_mode=ceil_mode, count_include_pad=count_include_pad)
+    key = _CALLS.key(x, (kernel_shape, strides, pads, dilations),
+                     ("AveragePool", auto_pad, ceil_mode, count_include_pad, opset))
+    launch = _CALLS.get(key)
+    if launch is None:
+        spec = schema.resolve("AveragePool", opset)
+        x, launch = prepare_average_pool(spec, x, kernel_shape, strides=strides, pads=pads,
+                                         dilations=dilations, auto_pad=auto_pad,
+                                         ceil_mode=ceil_mode,
+                                         count_include_pad=count_include_pad)
+        _CALLS.put(key, launch)
     return launch(x)
+
+
+# The launches of AveragePool and LpPool calls checked before (see CallCache).
+_CALLS = CallCache()
 
 
 def prepare_average_pool(spec, x, kernel_shape, *, strides=None, pads=None, dilations=None,
@@ -392,8 +434,8 @@ def prepare_average_pool(spec, x, kernel_shape, *, strides=None, pads=None, dila
         count_include_pad = resolve_count_include_pad(spec, count_include_pad)
     plan = resolve_plan(spec, _nchw(x.shape, channels_last), kernel_shape, strides, pads,
                         dilations, auto_pad, ceil_mode)
-    return x, functools.partial(_windows_launch, spec.label, plan, channels_last,
-                                "average", count_include_pad, 2.0, act)
+    return x, _prepared_launch(spec.label, x, plan, channels_last, "average",
+                               count_include_pad, 2.0, act)
 
 
 def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
@@ -407,9 +449,15 @@ def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
     >>> lp_pool(np.array([[[3.0, 4.0]]]), [2]).tolist()
     [[[5.0]]]
     """
-    spec = schema.resolve("LpPool", opset)
-    x, launch = prepare_lp_pool(spec, x, kernel_shape, p=p, strides=strides, pads=pads,
-                                dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode)
+    key = _CALLS.key(x, (kernel_shape, strides, pads, dilations),
+                     ("LpPool", p, auto_pad, ceil_mode, opset))
+    launch = _CALLS.get(key)
+    if launch is None:
+        spec = schema.resolve("LpPool", opset)
+        x, launch = prepare_lp_pool(spec, x, kernel_shape, p=p, strides=strides, pads=pads,
+                                    dilations=dilations, auto_pad=auto_pad,
+                                    ceil_mode=ceil_mode)
+        _CALLS.put(key, launch)
     return launch(x)
 
 
@@ -423,14 +471,18 @@ def prepare_lp_pool(spec, x, kernel_shape, *, p=2, strides=None, pads=None, dila
     x = as_tensor(spec, x, "X")
     plan = resolve_plan(spec, _nchw(x.shape, channels_last), kernel_shape, strides, pads,
                         dilations, auto_pad, ceil_mode)
-    return x, functools.partial(_windows_launch, spec.label, plan, channels_last, "lp",
-                                0, p, activations.NONE)
+    return x, _prepared_launch(spec.label, x, plan, channels_last, "lp", 0, p,
+                               activations.NONE)
 
 
-def _windows_launch(label, plan, channels_last, kind, count_include_pad, p, act, x):
-    """A prepared AveragePool's or LpPool's launch: Y of a checked X, the activation applied."""
-    return activate(pool_windows(label, x, plan, channels_last, kind, count_include_pad, p),
-                    act)
+def _prepared_launch(label, x, plan, channels_last, kind, count_include_pad, p, act):
+    """A prepared AveragePool's or LpPool's launch for X's shape and type: Y of a checked X,
+    the activation applied."""
+    launch = _windows_launch(label, x.shape, x.dtype, plan, channels_last, kind,
+                             count_include_pad, float(p), None, None, kernel_threads())
+    if act.code == IDENTITY:
+        return launch
+    return lambda x: activate(launch(x), act)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
-from ..geometry import (INEXACT, WindowAttributes, WindowPlan, exact_key, row_major_strides,
+from ..geometry import (WindowAttributes, WindowPlan, row_major_strides,
                         window_plan)
 from ..kernels import background
 from ..kernels.max_passes import (AXIS_ROWS, CHANNELS, COLUMN_MAJOR, ITEMS_PER_PLANE,
@@ -23,7 +23,7 @@ from ..kernels.threads import PIECES_PER_THREAD, kernel_threads, launch_split, s
 from ..kernels.window_max import window_max, window_max_separable, window_max_tiles
 from ..kernels.words import has_words, word_type, words_view
 from ..memory import allocate, check_size, check_table
-from ._common import as_tensor, flag, kernel_input
+from ._common import CallCache, as_tensor, flag, kernel_input
 
 
 def resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
@@ -113,47 +113,20 @@ def max_pool(
     >>> y[0, 0].tolist(), i[0, 0].tolist()
     ([[5.0, 7.0], [13.0, 15.0]], [[5, 7], [13, 15]])
     """
-    key = _call_key(x, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
-                    storage_order, return_indices, opset)
-    launch = _LAUNCHES.get(key) if key is not None else None
+    key = _LAUNCHES.key(x, (kernel_shape, strides, pads, dilations),
+                        (auto_pad, ceil_mode, storage_order, return_indices, opset, _forced()))
+    launch = _LAUNCHES.get(key)
     if launch is None:
         spec = schema.resolve("MaxPool", opset)
         x, launch = prepare(spec, x, kernel_shape, strides=strides, pads=pads,
                             dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode,
                             storage_order=storage_order, return_indices=return_indices)
-        if key is not None:
-            if len(_LAUNCHES) >= 256:
-                _LAUNCHES.clear()
-            _LAUNCHES[key] = launch
+        _LAUNCHES.put(key, launch)
     y, indices = launch(x)
     return (y, indices) if return_indices else y
 
 
-# The launch of every call whose arguments were checked before, by their exact values: a
-# model makes the same calls every run, and the checks and planning cost a small call more
-# than its kernel (measured: 15 us of Python per call on a (1,1,8,8) input, 4 with this).
-_LAUNCHES: dict = {}
-
-
-def _call_key(x, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode, storage_order,
-              return_indices, opset):
-    """A key equal only for calls the checks treat alike, or None where the values are not
-    exact (see :func:`poolfold.geometry.exact_key`) or X is no native-order ndarray: those
-    calls are checked afresh.  The thread count and a test's forced kernel are part of it."""
-    if type(x) is not np.ndarray or not x.dtype.isnative or type(auto_pad) is not str:
-        return None
-    attributes = (exact_key(kernel_shape), exact_key(strides), exact_key(pads),
-                  exact_key(dilations))
-    if INEXACT in attributes:
-        return None
-    key = (x.shape, x.dtype, attributes, auto_pad, type(ceil_mode), ceil_mode,
-           type(storage_order), storage_order, type(return_indices), return_indices,
-           type(opset), opset, _forced(), kernel_threads())
-    try:
-        hash(key)
-    except TypeError:  # an unhashable attribute: the checks say what is wrong with it
-        return None
-    return key
+_LAUNCHES = CallCache()
 
 
 def prepare(spec, x, kernel_shape, *, strides=None, pads=None, dilations=None,
