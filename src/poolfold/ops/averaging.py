@@ -493,63 +493,100 @@ def pool_global(label: str, x: np.ndarray, channels_last: bool, kind: str,
                 p: float = 2.0) -> np.ndarray:
     """GlobalMaxPool ("max"), GlobalAveragePool ("average") or GlobalLpPool ("lp") of a
     validated input: every spatial axis reduced to 1."""
-    layout = _layout(x.shape, channels_last)
-    out_shape = _output_shape(x.shape, (1,) * len(layout.spatial), channels_last)
-    y = allocate(label, "Y", out_shape, x.dtype)
-    if y.size == 0:
-        return y
-    size = math.prod(layout.spatial)
-    if size == 0:  # an empty plane: max -inf, average 0/0, Lp-norm 0
-        y[...] = {"max": -np.inf, "average": np.nan, "lp": 0.0}[kind]
-        return y
-    xs = kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(layout.outer, -1))
-    ys = dtypes.value_view(y).reshape(layout.outer, -1)
-    parts = split_parts(layout.outer, x.size, kernel_threads())
-    if kind == "max":
-        signed = _SIGNED[x.dtype.itemsize]
-        launch_split(global_max, layout.outer, xs, xs.view(signed), ys.view(signed), size,
-                     layout.channels, _key_order(x.dtype), parts=parts)
-        return y
-    scaled = is_scaled(kind, x.dtype, p)
-    if layout.channels == 1:
-        planes, outs = xs, ys.reshape(-1)
-        if scaled:
-            launch_split(scaled_plane_sums, layout.outer, planes, outs, size, float(p),
-                         parts=parts)
-        elif kind == "average" and x.dtype.itemsize < 8:
-            launch_split(plane_means, layout.outer, planes, outs, size, parts=parts)
-        else:
-            mode, transform = _sum_mode(kind, p)
-            launch_split(plane_sums, layout.outer, planes, outs, size, mode, transform,
-                         term_marker(transform), float(p), x.dtype.itemsize == 8, parts=parts)
-        return y
-    # channels-last: one window over the positions, the channels as the vectorised run
-    plan = _whole_axis_plan(label, size)
-    if takes_row_sums(plan, x.dtype, kind, p):  # one output row per sample
-        _check_row_scratch(label, plan, layout.channels)
+    return _global_launch(label, x.shape, x.dtype, channels_last, kind, float(p),
+                          kernel_threads())(x)
+
+
+class _GlobalLaunch:
+    """Everything :func:`pool_global` does besides touching its arrays, for one input shape
+    and type, op and thread count (see :class:`_WindowsLaunch`)."""
+
+    def __init__(self, label, shape, dtype, channels_last, kind, p, threads):
+        layout = _layout(shape, channels_last)
+        self.label = label
+        self.dtype = dtype
+        self.outer = layout.outer
+        self.out_shape = _output_shape(shape, (1,) * len(layout.spatial), channels_last)
+        check_size(label, "Y", self.out_shape, dtype)
+        self.kernel = self.empty = None
+        self.flat = False  # whether the kernel takes X and Y as flat arrays
+        size = math.prod(layout.spatial)
+        if math.prod(self.out_shape) == 0:
+            return
+        if size == 0:  # an empty plane: max -inf, average 0/0, Lp-norm 0
+            self.empty = {"max": -np.inf, "average": np.nan, "lp": 0.0}[kind]
+            return
+        work = math.prod(shape)
+        self.count = layout.outer
+        self.parts = split_parts(layout.outer, work, threads)
+        if kind == "max":
+            signed = _SIGNED[dtype.itemsize]
+            self.kernel, self.keys = global_max, signed
+            self.arguments = (size, layout.channels, _key_order(dtype))
+            return
+        self.keys = None
+        scaled = is_scaled(kind, dtype, p)
+        mode, transform = _sum_mode(kind, p)
+        if layout.channels == 1:
+            self.y_rows = True  # Y as one value per plane
+            if scaled:
+                self.kernel, self.arguments = scaled_plane_sums, (size, float(p))
+            elif kind == "average" and dtype.itemsize < 8:
+                self.kernel, self.arguments = plane_means, (size,)
+            else:
+                self.kernel = plane_sums
+                self.arguments = (size, mode, transform, term_marker(transform), float(p),
+                                  dtype.itemsize == 8)
+            return
+        # channels-last: one window over the positions, the channels as the vectorised run
+        self.flat = True
+        plan = _whole_axis_plan(label, size)
         tables = window_tables(plan, "valid" if kind == "average" else None)
-        mode, transform = _sum_mode(kind, p)
-        launch_split(window_rows, layout.outer, xs.reshape(-1), ys.reshape(-1), tables.axes,
-                     tables.taps, tables.axis_inverse, layout.channels, mode,
-                     term_marker(transform), float(p),
-                     parts=split_parts(layout.outer, x.size, kernel_threads()))
-        return y
-    block = min(layout.channels, CHANNEL_BLOCK)
-    items = layout.outer * -(-layout.channels // block)
-    parts = split_parts(items, x.size, kernel_threads())
-    tables = window_tables(plan, "valid" if kind == "average" else None)
-    if scaled:
-        launch_split(scaled_window_sums, items, xs, ys, tables.axes, tables.taps,
-                     layout.channels, block, float(p), parts=parts)
-    else:
-        mode, transform = _sum_mode(kind, p)
-        wide = x.dtype.itemsize == 8
+        if takes_row_sums(plan, dtype, kind, p):  # one output row per sample
+            _check_row_scratch(label, plan, layout.channels)
+            self.kernel = window_rows
+            self.arguments = (tables.axes, tables.taps, tables.axis_inverse, layout.channels,
+                              mode, term_marker(transform), float(p))
+            return
+        block = min(layout.channels, CHANNEL_BLOCK)
+        self.count = layout.outer * -(-layout.channels // block)
+        self.parts = split_parts(self.count, work, threads)
+        if scaled:
+            self.flat = False
+            self.kernel = scaled_window_sums
+            self.arguments = (tables.axes, tables.taps, layout.channels, block, float(p))
+            return
+        wide = dtype.itemsize == 8
         axis_counts = tables.axis_counts if kind == "average" and wide else None
-        launch_split(window_sums, items, xs.reshape(-1), ys.reshape(-1), tables.axes,
-                     tables.taps, tables.inverse, axis_counts, layout.channels, block, 1,
-                     AS_IS if axis_counts is not None else mode, term_marker(transform),
-                     float(p), _COMPENSATE if wide else None, parts=parts)
-    return y
+        self.kernel = window_sums
+        self.arguments = (tables.axes, tables.taps, tables.inverse, axis_counts,
+                          layout.channels, block, 1,
+                          AS_IS if axis_counts is not None else mode, term_marker(transform),
+                          float(p), _COMPENSATE if wide else None)
+
+    y_rows = False  # the kernel writes Y as one value per plane
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        y = allocate(self.label, "Y", self.out_shape, self.dtype, size_checked=True)
+        if self.empty is not None:
+            y[...] = self.empty
+        if self.kernel is None:
+            return y
+        xs = kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(self.outer, -1))
+        ys = dtypes.value_view(y).reshape(self.outer, -1)
+        if self.keys is not None:  # GlobalMaxPool: X and Y as their bits
+            launch_split(self.kernel, self.count, xs, xs.view(self.keys), ys.view(self.keys),
+                         *self.arguments, parts=self.parts)
+            return y
+        if self.flat:
+            xs, ys = xs.reshape(-1), ys.reshape(-1)
+        elif self.y_rows:
+            ys = ys.reshape(-1)
+        launch_split(self.kernel, self.count, xs, ys, *self.arguments, parts=self.parts)
+        return y
+
+
+_global_launch = functools.lru_cache(maxsize=256)(_GlobalLaunch)
 
 
 _SIGNED = {2: np.int16, 4: np.int32, 8: np.int64}
@@ -585,21 +622,27 @@ def _whole_axis_plan(label: str, size: int) -> WindowPlan:
 def global_max_pool(x, *, opset=None):
     """ONNX GlobalMaxPool: the largest value of each ``(n, c)`` plane, Y of shape
     ``(N, C, 1, ..., 1)``; NaN propagates; an empty plane gives -inf."""
-    x, launch = prepare_global_pool(schema.resolve("GlobalMaxPool", opset), x)
-    return launch(x)
+    return _global_call("GlobalMaxPool", x, opset)
 
 
 def global_average_pool(x, *, opset=None):
     """ONNX GlobalAveragePool: the mean of each ``(n, c)`` plane, Y of shape
     ``(N, C, 1, ..., 1)``; an empty plane gives NaN."""
-    x, launch = prepare_global_pool(schema.resolve("GlobalAveragePool", opset), x)
-    return launch(x)
+    return _global_call("GlobalAveragePool", x, opset)
 
 
 def global_lp_pool(x, *, p=2, opset=None):
     """ONNX GlobalLpPool: ``(sum of |x| ** p) ** (1/p)`` over each ``(n, c)`` plane, Y of
     shape ``(N, C, 1, ..., 1)``; an empty plane gives 0."""
-    x, launch = prepare_global_pool(schema.resolve("GlobalLpPool", opset), x, p=p)
+    return _global_call("GlobalLpPool", x, opset, p)
+
+
+def _global_call(op: str, x, opset, p=2):
+    key = _CALLS.key(x, (), (op, p, opset))
+    launch = _CALLS.get(key)
+    if launch is None:
+        x, launch = prepare_global_pool(schema.resolve(op, opset), x, p=p)
+        _CALLS.put(key, launch)
     return launch(x)
 
 
@@ -615,10 +658,5 @@ def prepare_global_pool(spec, x, *, p=2):
     if kind == "lp":
         p = check_p(spec, p)
     x = as_tensor(spec, x, "X")
-    return x, functools.partial(_global_launch, spec.label, is_channels_last(spec), kind,
-                                p)
-
-
-def _global_launch(label, channels_last, kind, p, x):
-    """A prepared global pool's launch: Y of a checked X."""
-    return pool_global(label, x, channels_last, kind, p)
+    return x, _global_launch(spec.label, x.shape, x.dtype, is_channels_last(spec), kind,
+                             float(p), kernel_threads())
