@@ -18,7 +18,7 @@ from . import averaging
 from ..kernels.channels_last import nchw_indices
 from ..kernels.threads import launch_split
 from ..memory import allocate
-from ._common import activate, as_tensor
+from ._common import CallCache, activate, as_tensor
 from .layout import nchw_order, with_channels
 from .max_unpool import prepare as prepare_max_unpool
 from .max_pool import check_index_request, pool_channels_last, pool_planes, resolve_plan
@@ -51,11 +51,18 @@ def max_pool(
     >>> max_pool(x, [2, 2], strides=[2, 2], activation="Relu")[0, :, :, 0].tolist()
     [[0.0, 0.0], [10.0, 14.0]]
     """
-    spec = schema.resolve("MaxPool", opset, schema.NHWC)
-    x, launch = prepare_max_pool(spec, x, kernel_shape, strides=strides, pads=pads,
-                                 dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode,
-                                 storage_order=storage_order, return_indices=return_indices,
-                                 activation=activation, activation_params=activation_params)
+    key = _CALLS.key(x, (kernel_shape, strides, pads, dilations),
+                     ("MaxPool", auto_pad, ceil_mode, storage_order, return_indices,
+                      activation, activation_params, opset))
+    launch = _CALLS.get(key)
+    if launch is None:
+        spec = schema.resolve("MaxPool", opset, schema.NHWC)
+        x, launch = prepare_max_pool(spec, x, kernel_shape, strides=strides, pads=pads,
+                                     dilations=dilations, auto_pad=auto_pad,
+                                     ceil_mode=ceil_mode, storage_order=storage_order,
+                                     return_indices=return_indices, activation=activation,
+                                     activation_params=activation_params)
+        _CALLS.put(key, launch)
     y, indices = launch(x)
     return (y, indices) if return_indices else y
 
@@ -141,41 +148,61 @@ def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
     >>> average_pool(x, [2], strides=[2])[0].tolist()
     [[1.0, 2.0], [5.0, 6.0]]
     """
-    spec = schema.resolve("AveragePool", opset, schema.NHWC)
-    x, launch = averaging.prepare_average_pool(
-        spec, x, kernel_shape, strides=strides, pads=pads, dilations=dilations,
-        auto_pad=auto_pad, ceil_mode=ceil_mode, count_include_pad=count_include_pad,
-        activation=activation, activation_params=activation_params)
+    key = _CALLS.key(x, (kernel_shape, strides, pads, dilations),
+                     ("AveragePool", auto_pad, ceil_mode, count_include_pad, activation,
+                      activation_params, opset))
+    launch = _CALLS.get(key)
+    if launch is None:
+        spec = schema.resolve("AveragePool", opset, schema.NHWC)
+        x, launch = averaging.prepare_average_pool(
+            spec, x, kernel_shape, strides=strides, pads=pads, dilations=dilations,
+            auto_pad=auto_pad, ceil_mode=ceil_mode, count_include_pad=count_include_pad,
+            activation=activation, activation_params=activation_params)
+        _CALLS.put(key, launch)
     return launch(x)
 
 
 def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
             auto_pad="NOTSET", ceil_mode=0, opset=None):
     """Channels-last LpPool (com.ms.internal.nhwc, versions 11 and 18)."""
-    spec = schema.resolve("LpPool", opset, schema.NHWC)
-    x, launch = averaging.prepare_lp_pool(spec, x, kernel_shape, p=p, strides=strides,
-                                          pads=pads, dilations=dilations, auto_pad=auto_pad,
-                                          ceil_mode=ceil_mode)
+    key = _CALLS.key(x, (kernel_shape, strides, pads, dilations),
+                     ("LpPool", p, auto_pad, ceil_mode, opset))
+    launch = _CALLS.get(key)
+    if launch is None:
+        spec = schema.resolve("LpPool", opset, schema.NHWC)
+        x, launch = averaging.prepare_lp_pool(spec, x, kernel_shape, p=p, strides=strides,
+                                              pads=pads, dilations=dilations,
+                                              auto_pad=auto_pad, ceil_mode=ceil_mode)
+        _CALLS.put(key, launch)
     return launch(x)
 
 
 def global_max_pool(x, *, opset=None):
     """Channels-last GlobalMaxPool (com.ms.internal.nhwc, version 1): Y is
     ``(N, 1, ..., 1, C)``."""
-    x, launch = averaging.prepare_global_pool(
-        schema.resolve("GlobalMaxPool", opset, schema.NHWC), x)
-    return launch(x)
+    return _global("GlobalMaxPool", x, opset)
 
 
 def global_average_pool(x, *, opset=None):
     """Channels-last GlobalAveragePool (com.ms.internal.nhwc, version 1)."""
-    x, launch = averaging.prepare_global_pool(
-        schema.resolve("GlobalAveragePool", opset, schema.NHWC), x)
-    return launch(x)
+    return _global("GlobalAveragePool", x, opset)
 
 
 def global_lp_pool(x, *, p=2, opset=None):
     """Channels-last GlobalLpPool (com.ms.internal.nhwc, version 2)."""
-    x, launch = averaging.prepare_global_pool(
-        schema.resolve("GlobalLpPool", opset, schema.NHWC), x, p=p)
+    return _global("GlobalLpPool", x, opset, p)
+
+
+def _global(op: str, x, opset, p=2):
+    key = _CALLS.key(x, (), (op, p, opset))
+    launch = _CALLS.get(key)
+    if launch is None:
+        x, launch = averaging.prepare_global_pool(schema.resolve(op, opset, schema.NHWC), x,
+                                                  p=p)
+        _CALLS.put(key, launch)
     return launch(x)
+
+
+# The launches of calls checked before (see CallCache), MaxUnpool's aside (its I and
+# output_shape are arrays).
+_CALLS = CallCache()
