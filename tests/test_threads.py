@@ -247,3 +247,18 @@ def test_a_small_call_is_one_piece_per_thread_and_a_large_one_more():
     assert run(None) == 2 * threads.PIECES_PER_THREAD  # work unknown: as many as ever
     assert run(100 * threads.MIN_WORK_PER_PIECE) == 2 * threads.PIECES_PER_THREAD
     assert run(3 * threads.MIN_WORK_PER_PIECE) == 3
+
+
+def test_a_split_must_take_enough_work_off_the_busiest_part():
+    """The call waits for its busiest part: a split that takes less than MIN_WORK_PER_PART
+    off it runs in the calling thread."""
+    from poolfold.kernels.threads import MIN_WORK_PER_PART, split_parts
+
+    # three planes on two threads: the busiest part keeps two thirds
+    assert split_parts(3, 3 * MIN_WORK_PER_PART - 3, 2) == 1
+    assert split_parts(3, 3 * MIN_WORK_PER_PART, 2) == 2
+    assert split_parts(2, 2 * MIN_WORK_PER_PART, 2) == 2  # halves
+    assert split_parts(64, 4 * MIN_WORK_PER_PART, 2) == 2
+    assert split_parts(64, 4 * MIN_WORK_PER_PART, 4) == 4
+    assert split_parts(5, 5 * MIN_WORK_PER_PART, 4) == 3  # 4 parts keep 2 of 5 as well
+    assert split_parts(64, MIN_WORK_PER_PART, 2) == 1  # too little work for two parts
