@@ -10,8 +10,11 @@ import threading
 import time
 
 import numba
+import numpy as np
 import pytest
 
+import oracle
+import poolfold
 from poolfold.kernels import affinity, threads
 
 
@@ -65,6 +68,28 @@ def test_launch_split_gives_each_part_enough_work(monkeypatch, work, want):
     assert min(p[1] for p in pieces) == 0 and max(p[2] for p in pieces) == 100
     if want == 1:
         assert pieces[0][0] == threading.get_ident()  # no hand-off to the pool
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_the_row_kernel_splits_a_single_plane_across_threads(channels_last):
+    """One plane (or one channels-last sample) of many output rows: the row kernel's work
+    items are ranges of its rows, as many parts as the work allows, the values unchanged."""
+    from poolfold.ops import max_pool as module
+
+    spec = poolfold.schema.resolve("MaxPool", None)
+    x = np.random.default_rng(0).standard_normal((1, 1, 600, 600)).astype(np.float32)
+    plan = module.resolve_plan(spec, x.shape, [5, 5], [3, 3], None, None, "NOTSET", False)
+    want = oracle.max_pool(x, [5, 5], strides=[3, 3])[0]
+    if channels_last:
+        launch = module._ChannelsLastLaunch(spec.label, 1, 1, x.dtype, plan, False, 0, None,
+                                            2)
+        tables, y = launch.tables, launch(np.moveaxis(x, 1, -1).copy())[0]
+        y = np.moveaxis(y, -1, 1)
+    else:
+        launch = module._PoolLaunch(spec.label, (1, 1), x.dtype, plan, False, 0, None, -1, 2)
+        tables, y = launch.rows, launch(x)[0]
+    assert launch.kernel == "rows" and tables.items > 1 and launch.parts == 2
+    np.testing.assert_array_equal(y, want)
 
 
 @pytest.mark.parametrize("num_threads", ["1", "3"])

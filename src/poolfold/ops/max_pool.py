@@ -675,6 +675,11 @@ def passes_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
     return PassesTables(axes, tap_table, setup, words, lanes, items)
 
 
+def _leading_outputs(plan: WindowPlan) -> int:
+    """The output rows of a plane: its outputs along every axis but the last."""
+    return math.prod(plan.out_shape[:-1])
+
+
 class RowsTables(NamedTuple):
     """``max_rows``'s tables for one plan and plane count (see
     :mod:`poolfold.kernels.max_rows`); ``items`` is how many work items the call is cut
@@ -875,7 +880,10 @@ class _PoolLaunch:
         self.separable = None
         self.rows = None
         if self.kernel in (ROWS, ROW_BLOCKS) and self.planes > 0:
-            self.rows = rows_tables(label, plan, self.planes, self.parts,
+            # parts as the output rows allow, not the planes: rows split a plane
+            self.rows = rows_tables(label, plan, self.planes,
+                                    split_parts(self.planes * _leading_outputs(plan), work,
+                                                threads),
                                     blocks=self.kernel == ROW_BLOCKS)
             self.parts = split_parts(self.rows.items, work, threads)
         elif self.kernel == PASSES and self.planes > 0:
@@ -1029,7 +1037,8 @@ class _ChannelsLastLaunch:
         self.work = work
         self.kernel = kernel
         if kernel in (ROWS, ROW_BLOCKS):  # row blocks: one channel, channels-first planes
-            self.tables = rows_tables(label, plan, n, split_parts(n, work, threads), c,
+            self.tables = rows_tables(label, plan, n,
+                                      split_parts(n * _leading_outputs(plan), work, threads), c,
                                       blocks=kernel == ROW_BLOCKS)
         else:
             self.tables = passes_tables(label, plan, n, dtype.itemsize, return_indices,
