@@ -286,7 +286,36 @@ def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: boo
                            kernel_threads())(x)
 
 
-class _WindowsLaunch:
+class _Launch:
+    """What the averaging family's launches share: a call allocates Y, writes the values
+    of a tensor whose windows are all empty (``empty``) or runs ``kernel`` over ``count``
+    work items in ``parts``, on X and Y as :meth:`_arrays` hands them over, then
+    ``arguments``."""
+
+    empty = None
+    kernel = None
+    flat = False  # the kernel takes X and Y as flat arrays
+    y_rows = False  # ...or Y as one value per plane
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        y = allocate(self.label, "Y", self.out_shape, self.dtype, size_checked=True)
+        if self.empty is not None:
+            y[...] = self.empty
+        if self.kernel is None:
+            return y
+        xs = kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(self.outer, -1))
+        ys = dtypes.value_view(y).reshape(self.outer, -1)
+        launch_split(self.kernel, self.count, *self._arrays(xs, ys), *self.arguments,
+                     parts=self.parts)
+        return y
+
+    def _arrays(self, xs, ys) -> tuple:
+        if self.flat:
+            return xs.reshape(-1), ys.reshape(-1)
+        return xs, ys.reshape(-1) if self.y_rows else ys
+
+
+class _WindowsLaunch(_Launch):
     """Everything :func:`pool_windows` does besides touching its arrays, for one plan, input
     shape and type, op, thread count and imposed choices: the output's size check, the
     kernel and its arguments, its parts.  Built once (:func:`_windows_launch`), as a model
@@ -300,8 +329,6 @@ class _WindowsLaunch:
         self.outer = layout.outer
         self.out_shape = _output_shape(shape, plan.out_shape, channels_last)
         check_size(label, "Y", self.out_shape, dtype)
-        self.empty = None  # Y's values where every window is empty
-        self.kernel = None
         if math.prod(self.out_shape) == 0:
             return
         average = kind == "average"
@@ -322,7 +349,7 @@ class _WindowsLaunch:
             return
         work = math.prod(shape) + math.prod(self.out_shape) * 4
         mode, transform = _sum_mode("average" if average else "lp", p)
-        self.flat = True  # the kernel takes X and Y as flat arrays
+        self.flat = True
         if not any(running) and takes_row_sums(plan, dtype, kind, p):
             _check_row_scratch(label, plan, layout.channels)
             rows = layout.outer * (math.prod(plan.out_shape) // plan.out_shape[-1])
@@ -352,19 +379,6 @@ class _WindowsLaunch:
                           layout.channels, block, group,
                           AS_IS if axis_counts is not None else mode, term_marker(transform),
                           float(p), _COMPENSATE if wide else None)
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        y = allocate(self.label, "Y", self.out_shape, self.dtype, size_checked=True)
-        if self.empty is not None:
-            y[...] = self.empty
-        if self.kernel is None:
-            return y
-        xs = kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(self.outer, -1))
-        ys = dtypes.value_view(y).reshape(self.outer, -1)
-        if self.flat:
-            xs, ys = xs.reshape(-1), ys.reshape(-1)
-        launch_split(self.kernel, self.count, xs, ys, *self.arguments, parts=self.parts)
-        return y
 
 
 # A model's calls repeat; each entry holds only references to its plan's cached tables.
@@ -497,9 +511,11 @@ def pool_global(label: str, x: np.ndarray, channels_last: bool, kind: str,
                           kernel_threads())(x)
 
 
-class _GlobalLaunch:
+class _GlobalLaunch(_Launch):
     """Everything :func:`pool_global` does besides touching its arrays, for one input shape
     and type, op and thread count (see :class:`_WindowsLaunch`)."""
+
+    keys = None  # GlobalMaxPool: the signed type X and Y are read as, their bits
 
     def __init__(self, label, shape, dtype, channels_last, kind, p, threads):
         layout = _layout(shape, channels_last)
@@ -508,8 +524,6 @@ class _GlobalLaunch:
         self.outer = layout.outer
         self.out_shape = _output_shape(shape, (1,) * len(layout.spatial), channels_last)
         check_size(label, "Y", self.out_shape, dtype)
-        self.kernel = self.empty = None
-        self.flat = False  # whether the kernel takes X and Y as flat arrays
         size = math.prod(layout.spatial)
         if math.prod(self.out_shape) == 0:
             return
@@ -524,11 +538,10 @@ class _GlobalLaunch:
             self.kernel, self.keys = global_max, signed
             self.arguments = (size, layout.channels, _key_order(dtype))
             return
-        self.keys = None
         scaled = is_scaled(kind, dtype, p)
         mode, transform = _sum_mode(kind, p)
         if layout.channels == 1:
-            self.y_rows = True  # Y as one value per plane
+            self.y_rows = True
             if scaled:
                 self.kernel, self.arguments = scaled_plane_sums, (size, float(p))
             elif kind == "average" and dtype.itemsize < 8:
@@ -564,26 +577,10 @@ class _GlobalLaunch:
                           AS_IS if axis_counts is not None else mode, term_marker(transform),
                           float(p), _COMPENSATE if wide else None)
 
-    y_rows = False  # the kernel writes Y as one value per plane
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        y = allocate(self.label, "Y", self.out_shape, self.dtype, size_checked=True)
-        if self.empty is not None:
-            y[...] = self.empty
-        if self.kernel is None:
-            return y
-        xs = kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(self.outer, -1))
-        ys = dtypes.value_view(y).reshape(self.outer, -1)
-        if self.keys is not None:  # GlobalMaxPool: X and Y as their bits
-            launch_split(self.kernel, self.count, xs, xs.view(self.keys), ys.view(self.keys),
-                         *self.arguments, parts=self.parts)
-            return y
-        if self.flat:
-            xs, ys = xs.reshape(-1), ys.reshape(-1)
-        elif self.y_rows:
-            ys = ys.reshape(-1)
-        launch_split(self.kernel, self.count, xs, ys, *self.arguments, parts=self.parts)
-        return y
+    def _arrays(self, xs, ys) -> tuple:
+        if self.keys is not None:
+            return xs, xs.view(self.keys), ys.view(self.keys)
+        return super()._arrays(xs, ys)
 
 
 _global_launch = functools.lru_cache(maxsize=256)(_GlobalLaunch)
