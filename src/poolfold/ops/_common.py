@@ -43,14 +43,18 @@ class CallCache:
             return None
         return key
 
-    def get(self, key):
-        return self.launches.get(key) if key is not None else None
-
-    def put(self, key, launch) -> None:
-        if key is not None:
-            if len(self.launches) >= self.size:
-                self.launches.clear()
-            self.launches[key] = launch
+    def prepared(self, x, windows: tuple, scalars: tuple, prepare) -> tuple:
+        """X and the launch that pools it: the one kept for the call's :meth:`key`, else
+        ``prepare()``'s (X checked, and its launch), kept where the key is exact."""
+        key = self.key(x, windows, scalars)
+        launch = self.launches.get(key) if key is not None else None
+        if launch is None:
+            x, launch = prepare()
+            if key is not None:
+                if len(self.launches) >= self.size:
+                    self.launches.clear()
+                self.launches[key] = launch
+        return x, launch
 
     def clear(self) -> None:
         self.launches.clear()

@@ -370,19 +370,24 @@ class _WindowsLaunch(_Launch):
             self.kernel, self.flat = scaled_window_sums, False
             self.arguments = (tables.axes, tables.taps, layout.channels, block, float(p))
             return
-        wide = dtype.itemsize == 8
-        # float64 averages are divided axis by axis (a float64 sum may overflow where the
-        # average does not), and summed with compensation
-        axis_counts = tables.axis_counts if average and wide else None
         self.kernel = window_sums
-        self.arguments = (tables.axes, tables.taps, tables.inverse, axis_counts,
-                          layout.channels, block, group,
-                          AS_IS if axis_counts is not None else mode, term_marker(transform),
-                          float(p), _COMPENSATE if wide else None)
+        self.arguments = _window_sums_arguments(tables, dtype, average, p, layout.channels,
+                                                block, group)
 
 
 # A model's calls repeat; each entry holds only references to its plan's cached tables.
 _windows_launch = functools.lru_cache(maxsize=256)(_WindowsLaunch)
+
+
+def _window_sums_arguments(tables, dtype, average, p, channels, block, group) -> tuple:
+    """``window_sums``'s arguments after X and Y.  float64 averages are divided axis by axis
+    (a float64 sum may overflow where the average does not), and summed with compensation."""
+    wide = dtype.itemsize == 8
+    axis_counts = tables.axis_counts if average and wide else None
+    mode, transform = _sum_mode("average" if average else "lp", p)
+    return (tables.axes, tables.taps, tables.inverse, axis_counts, channels, block, group,
+            AS_IS if axis_counts is not None else mode, term_marker(transform), float(p),
+            _COMPENSATE if wide else None)
 
 
 # Channels-first planes are pooled this many elements at a time at most (several small
@@ -412,16 +417,13 @@ def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
     >>> average_pool(np.arange(4.0).reshape(1, 1, 4), [2]).tolist()
     [[[0.5, 1.5, 2.5]]]
     """
-    key = _CALLS.key(x, (kernel_shape, strides, pads, dilations),
-                     ("AveragePool", auto_pad, ceil_mode, count_include_pad, opset))
-    launch = _CALLS.get(key)
-    if launch is None:
-        spec = schema.resolve("AveragePool", opset)
-        x, launch = prepare_average_pool(spec, x, kernel_shape, strides=strides, pads=pads,
-                                         dilations=dilations, auto_pad=auto_pad,
-                                         ceil_mode=ceil_mode,
-                                         count_include_pad=count_include_pad)
-        _CALLS.put(key, launch)
+    x, launch = _CALLS.prepared(
+        x, (kernel_shape, strides, pads, dilations),
+        ("AveragePool", auto_pad, ceil_mode, count_include_pad, opset),
+        lambda: prepare_average_pool(
+            schema.resolve("AveragePool", opset), x, kernel_shape, strides=strides, pads=pads,
+            dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode,
+            count_include_pad=count_include_pad))
     return launch(x)
 
 
@@ -463,15 +465,11 @@ def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
     >>> lp_pool(np.array([[[3.0, 4.0]]]), [2]).tolist()
     [[[5.0]]]
     """
-    key = _CALLS.key(x, (kernel_shape, strides, pads, dilations),
-                     ("LpPool", p, auto_pad, ceil_mode, opset))
-    launch = _CALLS.get(key)
-    if launch is None:
-        spec = schema.resolve("LpPool", opset)
-        x, launch = prepare_lp_pool(spec, x, kernel_shape, p=p, strides=strides, pads=pads,
-                                    dilations=dilations, auto_pad=auto_pad,
-                                    ceil_mode=ceil_mode)
-        _CALLS.put(key, launch)
+    x, launch = _CALLS.prepared(
+        x, (kernel_shape, strides, pads, dilations), ("LpPool", p, auto_pad, ceil_mode, opset),
+        lambda: prepare_lp_pool(schema.resolve("LpPool", opset), x, kernel_shape, p=p,
+                                strides=strides, pads=pads, dilations=dilations,
+                                auto_pad=auto_pad, ceil_mode=ceil_mode))
     return launch(x)
 
 
@@ -569,13 +567,9 @@ class _GlobalLaunch(_Launch):
             self.kernel = scaled_window_sums
             self.arguments = (tables.axes, tables.taps, layout.channels, block, float(p))
             return
-        wide = dtype.itemsize == 8
-        axis_counts = tables.axis_counts if kind == "average" and wide else None
         self.kernel = window_sums
-        self.arguments = (tables.axes, tables.taps, tables.inverse, axis_counts,
-                          layout.channels, block, 1,
-                          AS_IS if axis_counts is not None else mode, term_marker(transform),
-                          float(p), _COMPENSATE if wide else None)
+        self.arguments = _window_sums_arguments(tables, dtype, kind == "average", p,
+                                                layout.channels, block, 1)
 
     def _arrays(self, xs, ys) -> tuple:
         if self.keys is not None:
@@ -635,11 +629,8 @@ def global_lp_pool(x, *, p=2, opset=None):
 
 
 def _global_call(op: str, x, opset, p=2):
-    key = _CALLS.key(x, (), (op, p, opset))
-    launch = _CALLS.get(key)
-    if launch is None:
-        x, launch = prepare_global_pool(schema.resolve(op, opset), x, p=p)
-        _CALLS.put(key, launch)
+    x, launch = _CALLS.prepared(x, (), (op, p, opset),
+                                lambda: prepare_global_pool(schema.resolve(op, opset), x, p=p))
     return launch(x)
 
 

@@ -113,15 +113,13 @@ def max_pool(
     >>> y[0, 0].tolist(), i[0, 0].tolist()
     ([[5.0, 7.0], [13.0, 15.0]], [[5, 7], [13, 15]])
     """
-    key = _LAUNCHES.key(x, (kernel_shape, strides, pads, dilations),
-                        (auto_pad, ceil_mode, storage_order, return_indices, opset, _forced()))
-    launch = _LAUNCHES.get(key)
-    if launch is None:
-        spec = schema.resolve("MaxPool", opset)
-        x, launch = prepare(spec, x, kernel_shape, strides=strides, pads=pads,
-                            dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode,
-                            storage_order=storage_order, return_indices=return_indices)
-        _LAUNCHES.put(key, launch)
+    x, launch = _LAUNCHES.prepared(
+        x, (kernel_shape, strides, pads, dilations),
+        (auto_pad, ceil_mode, storage_order, return_indices, opset, _forced()),
+        lambda: prepare(schema.resolve("MaxPool", opset), x, kernel_shape, strides=strides,
+                        pads=pads, dilations=dilations, auto_pad=auto_pad,
+                        ceil_mode=ceil_mode, storage_order=storage_order,
+                        return_indices=return_indices))
     y, indices = launch(x)
     return (y, indices) if return_indices else y
 
@@ -288,7 +286,7 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
         return TILES, prefix + "2x2 windows tiling the input, at stride 2"
     if blocks and _row_blocks_win(plan, itemsize):
         return ROW_BLOCKS, prefix + "short rows without Indices, a block of them at a time"
-    if by_rows and (_rows_win_lanes(plan, itemsize, lanes) if lanes > 1 else
+    if by_rows and (_rows_win_lanes(plan, itemsize) if lanes > 1 else
                     _rows_win(plan, itemsize) and not (blocks and plan.rank == 1)):
         return ROWS, prefix + "channels-first planes without Indices, where rows were faster"
     passes, direct = _passes_cost(plan)
@@ -462,7 +460,7 @@ def _rows_win(plan: WindowPlan, itemsize: int) -> bool:
     return itemsize != 2 and any(_van_herk(k, s) for k, s in zip(plan.kernel, plan.strides))
 
 
-def _rows_win_lanes(plan: WindowPlan, itemsize: int, lanes: int) -> bool:
+def _rows_win_lanes(plan: WindowPlan, itemsize: int) -> bool:
     """Where ``max_rows`` was measured to pool channels-last samples faster than the passes
     (one thread; float32 but where said): windows of at most 16 taps per axis (each output
     row folds its window's input rows, vectorised over whole rows of W*C elements)

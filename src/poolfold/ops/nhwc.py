@@ -51,18 +51,15 @@ def max_pool(
     >>> max_pool(x, [2, 2], strides=[2, 2], activation="Relu")[0, :, :, 0].tolist()
     [[0.0, 0.0], [10.0, 14.0]]
     """
-    key = _CALLS.key(x, (kernel_shape, strides, pads, dilations),
-                     ("MaxPool", auto_pad, ceil_mode, storage_order, return_indices,
-                      activation, activation_params, opset))
-    launch = _CALLS.get(key)
-    if launch is None:
-        spec = schema.resolve("MaxPool", opset, schema.NHWC)
-        x, launch = prepare_max_pool(spec, x, kernel_shape, strides=strides, pads=pads,
-                                     dilations=dilations, auto_pad=auto_pad,
-                                     ceil_mode=ceil_mode, storage_order=storage_order,
-                                     return_indices=return_indices, activation=activation,
-                                     activation_params=activation_params)
-        _CALLS.put(key, launch)
+    x, launch = _CALLS.prepared(
+        x, (kernel_shape, strides, pads, dilations),
+        ("MaxPool", auto_pad, ceil_mode, storage_order, return_indices, activation,
+         activation_params, opset),
+        lambda: prepare_max_pool(
+            schema.resolve("MaxPool", opset, schema.NHWC), x, kernel_shape, strides=strides,
+            pads=pads, dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode,
+            storage_order=storage_order, return_indices=return_indices,
+            activation=activation, activation_params=activation_params))
     y, indices = launch(x)
     return (y, indices) if return_indices else y
 
@@ -148,32 +145,27 @@ def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
     >>> average_pool(x, [2], strides=[2])[0].tolist()
     [[1.0, 2.0], [5.0, 6.0]]
     """
-    key = _CALLS.key(x, (kernel_shape, strides, pads, dilations),
-                     ("AveragePool", auto_pad, ceil_mode, count_include_pad, activation,
-                      activation_params, opset))
-    launch = _CALLS.get(key)
-    if launch is None:
-        spec = schema.resolve("AveragePool", opset, schema.NHWC)
-        x, launch = averaging.prepare_average_pool(
-            spec, x, kernel_shape, strides=strides, pads=pads, dilations=dilations,
-            auto_pad=auto_pad, ceil_mode=ceil_mode, count_include_pad=count_include_pad,
-            activation=activation, activation_params=activation_params)
-        _CALLS.put(key, launch)
+    x, launch = _CALLS.prepared(
+        x, (kernel_shape, strides, pads, dilations),
+        ("AveragePool", auto_pad, ceil_mode, count_include_pad, activation,
+         activation_params, opset),
+        lambda: averaging.prepare_average_pool(
+            schema.resolve("AveragePool", opset, schema.NHWC), x, kernel_shape,
+            strides=strides, pads=pads, dilations=dilations, auto_pad=auto_pad,
+            ceil_mode=ceil_mode, count_include_pad=count_include_pad, activation=activation,
+            activation_params=activation_params))
     return launch(x)
 
 
 def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
             auto_pad="NOTSET", ceil_mode=0, opset=None):
     """Channels-last LpPool (com.ms.internal.nhwc, versions 11 and 18)."""
-    key = _CALLS.key(x, (kernel_shape, strides, pads, dilations),
-                     ("LpPool", p, auto_pad, ceil_mode, opset))
-    launch = _CALLS.get(key)
-    if launch is None:
-        spec = schema.resolve("LpPool", opset, schema.NHWC)
-        x, launch = averaging.prepare_lp_pool(spec, x, kernel_shape, p=p, strides=strides,
-                                              pads=pads, dilations=dilations,
-                                              auto_pad=auto_pad, ceil_mode=ceil_mode)
-        _CALLS.put(key, launch)
+    x, launch = _CALLS.prepared(
+        x, (kernel_shape, strides, pads, dilations), ("LpPool", p, auto_pad, ceil_mode, opset),
+        lambda: averaging.prepare_lp_pool(
+            schema.resolve("LpPool", opset, schema.NHWC), x, kernel_shape, p=p,
+            strides=strides, pads=pads, dilations=dilations, auto_pad=auto_pad,
+            ceil_mode=ceil_mode))
     return launch(x)
 
 
@@ -194,12 +186,8 @@ def global_lp_pool(x, *, p=2, opset=None):
 
 
 def _global(op: str, x, opset, p=2):
-    key = _CALLS.key(x, (), (op, p, opset))
-    launch = _CALLS.get(key)
-    if launch is None:
-        x, launch = averaging.prepare_global_pool(schema.resolve(op, opset, schema.NHWC), x,
-                                                  p=p)
-        _CALLS.put(key, launch)
+    x, launch = _CALLS.prepared(x, (), (op, p, opset), lambda: averaging.prepare_global_pool(
+        schema.resolve(op, opset, schema.NHWC), x, p=p))
     return launch(x)
 
 
