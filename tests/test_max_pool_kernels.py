@@ -211,6 +211,34 @@ def test_row_blocks_forced_match_oracle(call):
     check_row_blocks(x, kernel_shape, **attributes)
 
 
+RELU_CASES = [
+    ((2, 3, 20, 17), [3, 3], dict(strides=[2, 2], ceil_mode=True)),
+    ((1, 2, 19, 16), [3, 2], dict(dilations=[2, 3], pads=[1, 0, 2, 1])),  # rows with gaps
+    ((1, 2, 7, 6, 9), [2, 3, 3], dict(strides=[1, 2, 1], pads=[0, 1, 1, 0, 1, 1])),
+]
+
+
+@pytest.mark.parametrize("where", ["none", "first", "middle", "last"])
+@pytest.mark.parametrize("dtype", DTYPES[:4], ids=lambda t: t.name)
+@pytest.mark.parametrize("shape, kernel_shape, attributes", RELU_CASES)
+def test_row_kernels_search_zeros_only_where_a_negative_zero_is(shape, kernel_shape,
+                                                                attributes, dtype, where):
+    """Many +0.0 among negative values, with -0.0 in one input row or none: the row kernels
+    search windows in window order only where a -0.0 may change the bits (a ReLU's output
+    never needs it), so the -0.0 row is the first, a middle and the last, that every part of
+    the input is screened."""
+    rng = np.random.default_rng(zlib.crc32(f"{shape}-{where}".encode()))
+    x = rng.integers(-2, 1, shape).astype(np.float64)  # -2, -1 and +0.0
+    rows = x.reshape(-1, shape[-1])
+    row = {"none": None, "first": 0, "middle": len(rows) // 2 + 1, "last": len(rows) - 1}[where]
+    if row is not None:
+        rows[row, rng.random(shape[-1]) < 0.5] = -0.0
+    x = x.astype(dtype)
+    check(ROWS, x, kernel_shape, **attributes)
+    check(ROWS, x, kernel_shape, channels_last=True, **attributes)
+    check_row_blocks(x, kernel_shape, **attributes)
+
+
 def blocks_of_one_row():
     """Blocks of a single output row: the blocks' first and last row are the same."""
     module = max_pool_module

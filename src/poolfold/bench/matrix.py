@@ -38,6 +38,7 @@ class Case:
     dtype: str = "float32"
     channels_last: bool = False
     indices: bool = False
+    relu: bool = False  # a ReLU's output (half the elements +0.0), what a CNN's MaxPool sees
 
     @property
     def rank(self) -> int:
@@ -85,6 +86,10 @@ CASES = (
     Case("2d-k3-s1-d2-p2-c30", (4, 30, 100, 100), (3, 3), pads=(2, 2, 2, 2), dilations=(2, 2)),
     Case("2d-k5-s3-p2", (4, 16, 128, 128), (5, 5), strides=(3, 3), pads=(2, 2, 2, 2)),
     Case("2d-k2-s2-c3-b1", (1, 3, 224, 224), (2, 2), strides=(2, 2)),
+    Case("2d-k3-s2-p1-relu", (8, 64, 112, 112), (3, 3), strides=(2, 2), pads=(1, 1, 1, 1),
+         relu=True),
+    Case("2d-k3-s2-ceil-b1-relu", (1, 256, 54, 54), (3, 3), strides=(2, 2), ceil_mode=1,
+         relu=True),
     # rank 2, other types
     Case("2d-k3-s2-p1-f16", (8, 64, 112, 112), (3, 3), strides=(2, 2), pads=(1, 1, 1, 1),
          dtype="float16"),
@@ -138,7 +143,8 @@ def case_data(case: Case) -> np.ndarray:
         return np.random.default_rng(0).integers(info.min, info.max, shape, dtype=case.dtype,
                                                  endpoint=True)
     dtype = ml_dtypes.bfloat16 if case.dtype == "bfloat16" else np.dtype(case.dtype)
-    return normal(shape, dtype)
+    x = normal(shape, dtype)
+    return np.maximum(x, x.dtype.type(0)) if case.relu else x
 
 
 def symmetric_padding(case: Case) -> list[int] | None:
