@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from dataclasses import asdict
 
 import ml_dtypes
 import numpy as np
@@ -440,6 +441,23 @@ def test_bench_models_rows_and_table():
     assert by["conv-pool4d-conv", "poolfold.backend"].median_ms > 0
     table = backend_bench.format_rows(rows)
     assert "vs onnxruntime" in table and "conv-pool4d-conv" in table
+
+    meta = {"date": "2026-01-01", "processor": "cpu", "cpu_count": 2,
+            "versions": {"poolfold": "x"}, "load_average_start": [0.1, 0.2, 0.3],
+            "load_average_end": [0.4, 0.5, 0.6]}
+    page = backend_bench.markdown([asdict(r) for r in rows], meta, "poolfold bench --models")
+    lines = {line.split(" | ")[0][2:]: line for line in page.splitlines()
+             if line.startswith("| ")}
+    assert lines["model"] == ("| model | onnxruntime ms | poolfold `all` ms | "
+                              "poolfold `needed` ms | prepare s |")
+    segnet = lines["segnet (bundled)"].split(" | ")
+    ort, pf_all = by["segnet (bundled)", "onnxruntime"], by["segnet (bundled)", "poolfold.backend"]
+    assert segnet[1] == f"{ort.median_ms:.3g}"
+    assert segnet[2] == f"{pf_all.median_ms:.3g} (**{pf_all.median_ms / ort.median_ms:.2f}x**)"
+    assert len(segnet[4].split(" / ")) == 3  # a prepare time for each implementation
+    assert lines["conv-pool4d-conv"].split(" | ")[1] == "cannot run it"
+    assert "- conv-pool4d-conv, onnxruntime: cannot run it:" in page
+    assert "`poolfold bench --models` on 2026-01-01" in page and "[0.4, 0.5, 0.6] at the end" in page
 
 
 def test_pool4d_model_against_the_oracle():

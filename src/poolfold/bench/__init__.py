@@ -69,6 +69,7 @@ class Section:
     name: str
     module: str
     help: str
+    markdown: bool = False  # the module has ``markdown(result, meta, command) -> str``
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,9 @@ SECTIONS: tuple[Section, ...] = (
             "also measure start-up: first calls with an empty numba cache (float32 ops), "
             "the warm-cache cold start and the Quickstart's `poolfold run` (minutes)"),
     Section("models", "poolfold.bench.models",
-            "also time whole models through poolfold.backend against onnxruntime alone"),
+            "also time whole models through poolfold.backend against onnxruntime alone "
+            "(--markdown writes its table between <!-- bench:models --> markers)",
+            markdown=True),
     Section("dask", "poolfold.bench.dask",
             "also time poolfold.dask: in-memory comparison and an out-of-core zarr run "
             "(needs poolfold[dask]; the default out-of-core volume is 32 GiB on disk)"),
@@ -151,7 +154,8 @@ def add_arguments(parser) -> None:
                              "without a matrix), with the date, machine, versions and load "
                              "average, and a summary between <!-- bench:matrix-summary --> "
                              "(bench:averaging-summary) markers where the file has them "
-                             "(repeatable: docs/benchmarks.md and README.md)")
+                             "(repeatable: docs/benchmarks.md and README.md); with --models, "
+                             "its table between <!-- bench:models --> markers")
     parser.add_argument("--plot", metavar="FILE.png",
                         help="also draw the ratios to onnxruntime as a bar chart (needs matplotlib)")
     parser.add_argument("--no-timing", dest="timing", action="store_false",
@@ -229,8 +233,12 @@ def command(args) -> int:
     if unknown:
         return _error(f"unknown workload {', '.join(unknown)} (known: {', '.join(by_key)})")
     # Checked before the run, not after minutes of it.
-    if (args.plot or args.markdown) and not args.timing:
-        return _error("--plot and --markdown show the timing table: drop --no-timing")
+    if args.plot and not args.timing:
+        return _error("--plot shows the timing table: drop --no-timing")
+    if args.markdown and not args.timing and not any(
+            s.markdown for s in SECTIONS if getattr(args, s.name)):
+        return _error("--markdown writes the timing table or the --models table: drop "
+                      "--no-timing or add --models")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         return _error('--plot needs matplotlib: pip install "poolfold[plot]"')
     if matrix is not None and any(getattr(args, s.name) for s in SECTIONS):
@@ -271,12 +279,20 @@ def command(args) -> int:
         meta["date"] = time.strftime("%Y-%m-%d")
         command_line = "poolfold bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"]
                                                      else sys.argv[1:])
-        name = matrix.name if matrix is not None else "workloads"
-        subject = matrix.subject if matrix is not None else None
-        table = report.markdown_table(results, meta, command_line.strip())
-        summary = report.markdown_summary(results, meta, command_line.strip(), subject)
+        command_line = command_line.strip()
+        blocks = {}
+        if args.timing:
+            name = matrix.name if matrix is not None else "workloads"
+            subject = matrix.subject if matrix is not None else None
+            blocks[name] = report.markdown_table(results, meta, command_line)
+            blocks[f"{name}-summary"] = report.markdown_summary(results, meta, command_line,
+                                                                subject)
+        for section in sections:
+            if section.markdown:
+                blocks[section.name] = modules[section.name].markdown(
+                    measured[section.name], meta, command_line)
         for path in args.markdown:
-            report.fill_marked_sections(path, {name: table, f"{name}-summary": summary})
+            report.fill_marked_sections(path, blocks)
             print(f"poolfold bench: wrote the figures into {path}", file=sys.stderr)
     if args.plot:
         report.plot(results, args.plot)

@@ -182,6 +182,54 @@ def format_rows(rows: list[Row]) -> str:
     return "\n".join(text + notes)
 
 
+# Short column headings for the markdown table; the text table keeps the full names.
+_HEADINGS = {
+    "poolfold.backend (other ops: onnxruntime)": "poolfold `all`",
+    "poolfold.backend (poolfold_nodes='needed')": "poolfold `needed`",
+    "poolfold.backend (other ops: reference)": "poolfold, other ops on reference",
+}
+
+
+def markdown(result: list[dict], meta: dict, command: str) -> str:
+    """The models table for a README: one line per model, onnxruntime's time and each
+    poolfold route's time and ratio to it, the prepare times; then where and when measured."""
+    from .report import load_text, machine_text, versions_text
+
+    rows = [Row(**row) for row in result]
+    implementations = list(dict.fromkeys(r.implementation for r in rows))
+    by_cell = {(r.model, r.implementation): r for r in rows}
+    header = (["model"] + [f"{_HEADINGS.get(i, i)} ms" for i in implementations]
+              + ["prepare s"])
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    notes = []
+    for model in dict.fromkeys(r.model for r in rows):
+        base = by_cell.get((model, "onnxruntime"))
+        cells, prepares = [model], []
+        for implementation in implementations:
+            row = by_cell.get((model, implementation))
+            if row is None:
+                cells.append("")
+                continue
+            if row.median_ms is None:
+                cells.append("cannot run it")
+                notes.append(f"{model}, {implementation}: {row.note}")
+                continue
+            cell = f"{row.median_ms:.3g}"
+            if implementation != "onnxruntime" and base is not None and base.median_ms:
+                cell += f" (**{row.median_ms / base.median_ms:.2f}x**)"
+            cells.append(cell)
+            prepares.append("-" if row.prepare_s is None else f"{row.prepare_s:.2f}")
+        lines.append("| " + " | ".join(cells + [" / ".join(prepares)]) + " |")
+    lines += [""] + [f"- {note}" for note in notes] + ([""] if notes else []) + [
+        f"`{command}` on {meta['date']}: {machine_text(meta)}; {versions_text(meta)}. "
+        "Each implementation prepared once (`prepare s`: onnxruntime's session creation, then "
+        "each poolfold route's `prepare`, in the columns' order), run once, paused, then timed "
+        "in a block of its own: the median of at least 30 runs after a warm-up, in "
+        f"milliseconds; in brackets, the ratio to onnxruntime alone. {load_text(meta)}"]
+    return "\n".join(lines)
+
+
 def measure(args) -> list[dict]:
     """``poolfold bench --models``: :func:`run` with at least 30 runs per implementation."""
     return [asdict(row) for row in run(max(args.repeat, 30))]

@@ -140,6 +140,20 @@ def plot(results: list[dict], path: str) -> None:
     plt.close(figure)
 
 
+def machine_text(meta: dict) -> str:
+    return f"{meta['processor']}, {meta['cpu_count']} CPUs"
+
+
+def versions_text(meta: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
+
+
+def load_text(meta: dict) -> str:
+    """The load averages at both ends of a run, as a sentence: how quiet the machine was."""
+    return (f"Load average (1, 5, 15 min) {meta['load_average_start']} at the start, "
+            f"{meta['load_average_end']} at the end.")
+
+
 def markdown_table(results: list[dict], meta: dict, command: str) -> str:
     """The timing table as markdown, with what a reader needs to rerun it and judge it: the
     command, the date, the machine, the versions and the load average at both ends."""
@@ -164,14 +178,12 @@ def markdown_table(results: list[dict], meta: dict, command: str) -> str:
                       f"**{geometric:.2f}**; worst {max(ratios):.2f}, best {min(ratios):.2f}."]
     if own:
         lines += ["", _over_float32_line(results)]
-    versions = ", ".join(f"{k} {v}" for k, v in meta["versions"].items())
     lines += [
         "",
-        f"`{command}` on {meta['date']}: {meta['processor']}, {meta['cpu_count']} CPUs, "
-        f"{meta['threads']} threads for every implementation; {versions}. Median of "
+        f"`{command}` on {meta['date']}: {machine_text(meta)}, "
+        f"{meta['threads']} threads for every implementation; {versions_text(meta)}. Median of "
         f"{meta['repeat']} rounds per implementation, each timed in its own blocks after a "
-        f"pause. Load average (1, 5, 15 min) {meta['load_average_start']} at the start, "
-        f"{meta['load_average_end']} at the end.",
+        f"pause. {load_text(meta)}",
         "",
         "Peers: onnxruntime at its default session options and with "
         "`session.intra_op.allow_spinning=0`, the faster of the two; where onnxruntime has no "
