@@ -462,6 +462,13 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([7, 7], [1, 1], itemsize=2, shape=wide) == PASSES  # ...but for half types
     assert chosen([5, 5], [3, 3], by_rows=False) not in WITHOUT_INDICES  # Indices
     assert chosen([3, 3], [1, 1]) == PASSES  # short windows at stride 1
+    # ...but for rows of at most 112 bytes in 2-D (Inception's late pools), 32 in 3-D
+    assert chosen([3, 3], [1, 1], shape=(1, 832, 7, 7)) == ROW_BLOCKS
+    assert chosen([3, 3], [1, 1], shape=(1, 2, 28, 28)) == ROW_BLOCKS
+    assert chosen([3, 3], [1, 1], shape=(1, 2, 14, 14), itemsize=8) == ROW_BLOCKS
+    assert chosen([3, 3], [1, 1], shape=(1, 2, 15, 15), itemsize=8) == PASSES
+    assert chosen([3, 3, 3], [1, 1, 1], shape=(1, 2, 7, 7, 8)) == ROW_BLOCKS
+    assert chosen([3], [1], shape=(1, 2, 7)) == PASSES  # 1-D: the passes
     assert chosen([3, 3], [1, 1], itemsize=2) == ROW_BLOCKS  # ...but for the narrow types
     assert chosen([3, 3], [1, 1], itemsize=1) == ROW_BLOCKS
     assert chosen([3, 3], [2, 2], shape=wide) == ROWS  # a last axis at stride 2

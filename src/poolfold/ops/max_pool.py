@@ -355,6 +355,13 @@ def row_blocks_fit(plan: WindowPlan) -> bool:
             and out_pitch * plan.strides[-1] <= ROW_BLOCK_PITCH)
 
 
+# The longest input rows (in bytes) of 4- and 8-byte types whose stride-1 windows the row
+# blocks take in 2-D (28 float32, 14 float64), and in 3-D and up (8 float32, 4 float64):
+# measured against the passes in _row_blocks_win.
+SHORT_ROW_BYTES = 112
+SHORT_ROW_BYTES_3D = 32
+
+
 def _row_blocks_win(plan: WindowPlan, itemsize: int) -> bool:
     """Where ``max_row_blocks`` was measured faster than the other kernels (one thread,
     float32, float16, bfloat16, uint8 and float64, ranks 1-3), of the plans it can take:
@@ -372,14 +379,26 @@ def _row_blocks_win(plan: WindowPlan, itemsize: int) -> bool:
     - in 3-D and up, windows whose last axis the passes would take by van Herk runs
       (:func:`_last_axis_runs_lose`).
 
-    Not 4- and 8-byte types' short windows at stride 1, whose passes run over whole planes
-    (3x3 over (8,32,80,80): 1.01 against 1.09 ms; 1-D 3 taps over (64,64,32): 0.082 against
-    0.095), nor 1-byte 3-D ones (0.90 against 1.5); nor windows of more than
+    - at stride 1, 4- and 8-byte types' rows of at most :data:`SHORT_ROW_BYTES` in 2-D
+      (3x3 over (1,832,7,7), the last MaxPools of an Inception network: 0.12 against 0.30
+      ms; over about 400,000 float32 in planes of 7x7, 14x14 and 28x28, 0.77, 0.49 and 0.34
+      against 1.98, 0.67 and 0.37 by passes; float64 7x7 0.54 against 0.98), and of at most
+      :data:`SHORT_ROW_BYTES_3D` in 3-D and up (3x3x3 over (1,1166,7,7,7), 1.7 against 2.2;
+      float64 0.79 against 0.90), where the passes' loops run over rows too short to
+      vectorise.
+
+    Not 4- and 8-byte types' short windows at stride 1 over longer rows, whose passes run
+    over whole planes (3x3 over (8,32,80,80): 1.01 against 1.09 ms; 40x40 0.26 against 0.28;
+    3-D 14x14x14 0.67 against 1.07; 1-D 3 taps over (64,64,32): 0.082 against 0.095), nor
+    1-byte 3-D ones (0.90 against 1.5); nor windows of more than
     :data:`ROWS_LONGEST_WINDOW` taps along a leading axis, each of which the blocks fold per
     output row (63x1 over (4,16,256,256): 25 ms, where the passes take 24 for 63x63)."""
     if max(plan.kernel[:-1], default=1) > ROWS_LONGEST_WINDOW:
         return False
     if plan.strides[-1] >= 2 or itemsize == 2:
+        return True
+    if itemsize >= 4 and plan.rank >= 2 and plan.in_shape[-1] * itemsize <= (
+            SHORT_ROW_BYTES if plan.rank == 2 else SHORT_ROW_BYTES_3D):
         return True
     if plan.rank > 2:
         return _last_axis_runs_lose(plan)
