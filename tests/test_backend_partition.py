@@ -463,6 +463,19 @@ def test_bench_models_rows_and_table():
     assert "`poolfold bench --models` on 2026-01-01" in page and "[0.4, 0.5, 0.6] at the end" in page
 
 
+def test_poolfold_threads_are_parked_before_each_stretch(monkeypatch):
+    """poolfold's idle threads stop spinning before each stretch runs, not after their spin:
+    spinning on, they took half of onnxruntime's cores."""
+    from poolfold.bench import models as backend_bench
+
+    model, feeds = backend_bench.pool4d_model()
+    rep = poolfold.backend.prepare(model)
+    parked = []
+    monkeypatch.setattr(poolfold.backend, "park_spinning_threads", lambda: parked.append(1))
+    rep.run(feeds)
+    assert len(parked) == sum(step.runner == "onnxruntime" for step in rep.steps) == 2
+
+
 def test_pool4d_model_against_the_oracle():
     from poolfold.bench import models as backend_bench
 

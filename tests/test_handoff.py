@@ -70,6 +70,29 @@ def test_a_sleeping_thread_is_woken_for_the_next_call():
     assert names[0] == ["poolfold-spin-0"] and names[1] == [threading.main_thread().name]
 
 
+def test_parked_threads_sleep_at_once_and_serve_the_next_call():
+    """park() ends the spin of threads that would spin for a minute: they sleep (counted in
+    ``sleepers``) without running anything, and the next call wakes them."""
+    pool = handoff.SpinningPool(2, 60_000_000)
+    ran = []
+
+    def job():
+        ran.append(threading.current_thread().name)
+        return [len(ran)]
+
+    pool.run(job, 2)
+    assert pool.sleepers == 0  # spinning for the next call
+    pool.park()
+    deadline = time.monotonic() + 10
+    while pool.sleepers < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert pool.sleepers == 2
+    assert len(ran) == 3  # the park ran no job
+    results = pool.run(job, 2)
+    assert sorted(r[0] for r in results) == [4, 5, 6]
+    assert len({name for name in ran[3:]}) == 3  # both threads and the caller
+
+
 def test_a_call_while_another_holds_the_threads_is_refused():
     pool = handoff.SpinningPool(1, 100)
     inside, release = threading.Event(), threading.Event()

@@ -30,6 +30,7 @@ from onnx.reference import ReferenceEvaluator
 
 from . import nodes, partition, placement, reference, schema
 from .errors import PoolfoldError, PoolfoldTypeError
+from .kernels.threads import park_spinning_threads
 
 ONNXRUNTIME = "onnxruntime"
 REFERENCE = "reference"
@@ -251,6 +252,8 @@ class _StretchStep:
             refused: list[str] = []
             self._build(_runtime_types(feeds), refused)
             _warn_refused(refused, stacklevel=4)
+        # poolfold's idle threads would spin on through the stretch, taking its cores
+        park_spinning_threads()
         try:
             results = self.session.run(self._outputs, feeds)
         except Exception as error:

@@ -88,6 +88,14 @@ def _spinning_pool() -> handoff.SpinningPool | None:
         return _SPINNING or None
 
 
+def park_spinning_threads() -> None:
+    """Put the spinning threads to sleep now rather than after their spin (see
+    :meth:`poolfold.kernels.handoff.SpinningPool.park`): before work that needs the cores."""
+    spinning = _SPINNING
+    if spinning:
+        spinning.park()
+
+
 def _forget_pool() -> None:  # a forked child has none of the parent's threads
     global _POOL, _SPINNING
     _POOL = None
