@@ -56,6 +56,7 @@ class Case:
     p: int = 2  # LpPool and GlobalLpPool only
     dtype: str = "float32"
     channels_last: bool = False
+    relu: bool = False  # a ReLU's output (see matrix.case_data)
 
     @property
     def rank(self) -> int:
