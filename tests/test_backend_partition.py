@@ -458,6 +458,7 @@ def test_bench_models_rows_and_table():
     assert segnet[1] == f"{ort.median_ms:.3g}"
     assert segnet[2] == f"{pf_all.median_ms:.3g} (**{pf_all.median_ms / ort.median_ms:.2f}x**)"
     assert len(segnet[4].split(" / ")) == 3  # a prepare time for each implementation
+    assert lines["conv-pool4d-conv"].split(" | ")[4].startswith("- / ")  # none: refused
     assert lines["conv-pool4d-conv"].split(" | ")[1] == "cannot run it"
     assert "- conv-pool4d-conv, onnxruntime: cannot run it:" in page
     assert "`poolfold bench --models` on 2026-01-01" in page and "[0.4, 0.5, 0.6] at the end" in page

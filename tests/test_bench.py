@@ -20,7 +20,7 @@ from poolfold.bench import add_arguments, memory, runner, startup
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "poolfold.cli", "bench", *args],
+    return subprocess.run([sys.executable, "-m", "poolfold.cli", "bench", "--settle", "0", *args],
                           capture_output=True, text=True, timeout=600)
 
 
@@ -73,6 +73,7 @@ def test_report_names_the_run(unpool_report):
     assert unpool_report["repeat"] == 3
     assert {"python", "poolfold", "numpy", "numba", "onnxruntime"} <= set(
         unpool_report["versions"])
+    assert unpool_report["settle_s"] == 0  # --settle 0: no pause before the end's load
     for when in ("load_average_start", "load_average_end"):
         assert len(unpool_report[when]) == 3
 

@@ -145,6 +145,9 @@ def add_arguments(parser) -> None:
                         help="timed rounds per implementation (default 15)")
     parser.add_argument("--threads", type=_positive, default=2, metavar="T",
                         help="threads for every implementation (default 2)")
+    parser.add_argument("--settle", type=float, default=60.0, metavar="S",
+                        help="seconds to pause before the load average is read at the end, "
+                             "so that the bench's own threads count little (default 60)")
     parser.add_argument("--json", action="store_true",
                         help="print the results as JSON instead of tables")
     parser.add_argument("--markdown", metavar="FILE.md", action="append", default=[],
@@ -233,6 +236,8 @@ def command(args) -> int:
     if unknown:
         return _error(f"unknown workload {', '.join(unknown)} (known: {', '.join(by_key)})")
     # Checked before the run, not after minutes of it.
+    if args.settle < 0:
+        return _error("--settle must be a number of seconds, 0 or more")
     if args.plot and not args.timing:
         return _error("--plot shows the timing table: drop --no-timing")
     if args.markdown and not args.timing and not any(
@@ -252,6 +257,7 @@ def command(args) -> int:
     numba_threads = set_threads(args.threads)
     meta = {**_meta(args, numba_threads), "tiny": args.tiny,
             "pause_s": 0.0 if args.tiny else runner.PAUSE_S,
+            "settle_s": 0.0 if args.tiny else args.settle,
             "load_average_start": _load_average()}
 
     results = []
@@ -266,6 +272,10 @@ def command(args) -> int:
         progress(total, total)  # clears the bar
     modules = {s.name: importlib.import_module(s.module) for s in sections}
     measured = {name: module.measure(args) for name, module in modules.items()}
+    if meta["settle_s"]:
+        # The bench's own threads, busy for minutes, hold the 1-minute load average near the
+        # thread count: read after a pause, it says whether anything else was running.
+        time.sleep(args.settle)
     meta["load_average_end"] = _load_average()
 
     if args.json:

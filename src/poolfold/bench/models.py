@@ -208,11 +208,13 @@ def markdown(result: list[dict], meta: dict, command: str) -> str:
         cells, prepares = [model], []
         for implementation in implementations:
             row = by_cell.get((model, implementation))
-            if row is None:
+            if row is None:  # not run on this model
                 cells.append("")
+                prepares.append("-")
                 continue
             if row.median_ms is None:
                 cells.append("cannot run it")
+                prepares.append("-")
                 notes.append(f"{model}, {implementation}: {row.note}")
                 continue
             cell = f"{row.median_ms:.3g}"

@@ -151,7 +151,8 @@ def versions_text(meta: dict) -> str:
 def load_text(meta: dict) -> str:
     """The load averages at both ends of a run, as a sentence: how quiet the machine was."""
     return (f"Load average (1, 5, 15 min) {meta['load_average_start']} at the start, "
-            f"{meta['load_average_end']} at the end.")
+            f"{meta['load_average_end']} at the end (read after a pause of "
+            f"{meta.get('settle_s', 0):g} s, so that the bench's own threads count little).")
 
 
 def markdown_table(results: list[dict], meta: dict, command: str) -> str:
@@ -214,7 +215,7 @@ def markdown_summary(results: list[dict], meta: dict, command: str,
             f"`{command}` on {meta['date']} ({meta['processor']}, {meta['cpu_count']} CPUs, load "
             f"average {meta['load_average_start'][0] if meta['load_average_start'] else '?'} "
             f"at the start, {meta['load_average_end'][0] if meta['load_average_end'] else '?'} "
-            "at the end); every case in [docs/benchmarks.md](docs/benchmarks.md)."
+            f"at the end, after a {meta.get('settle_s', 0):g} s pause); every case in [docs/benchmarks.md](docs/benchmarks.md)."
             + (f" {own}" if own else ""))
 
 
