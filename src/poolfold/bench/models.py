@@ -5,8 +5,9 @@ The bundled SegNet-style example (1, 3, 64, 64), which onnxruntime runs by itsel
 stops at 3-D) and a Relu and Conv after it, which onnxruntime refuses; and, where torch is
 installed (or the models were exported before), the zoo of :mod:`poolfold.bench.zoo`: resnet18,
 googlenet, squeezenet1_0, vgg11 and an Unfold -> Fold model, exported into a cache folder.
-Each implementation is timed in a block of its own: a warm-up, then ``repeat`` runs, the median
-kept; its ``prepare`` (or session creation) is timed once.  onnxruntime runs at its default
+Each implementation is timed in blocks of its own, a warm-up then ``repeat`` runs, the
+implementations' blocks in turn for three rounds, the median of its blocks' medians kept; its
+``prepare`` (or session creation) is timed once.  onnxruntime runs at its default
 session options; ``poolfold.backend`` at its defaults (its other nodes on onnxruntime) with
 ``poolfold_nodes="all"`` and ``"needed"``, and, for the two small models unless
 ``reference=False``, with ``other_ops="reference"`` (every other node on onnx's
@@ -108,9 +109,10 @@ def _first_line(error: BaseException, limit: int = 100) -> str:
 
 
 def run(repeat: int = 30, warmup: int = 5, reference: bool = True,
-        zoo: bool = True) -> list[Row]:
+        zoo: bool = True, rounds: int = 3) -> list[Row]:
     """Time every model of :data:`MODELS` and, with ``zoo``, of :func:`zoo_models` (see the
-    module's docstring); rows in table order."""
+    module's docstring): ``rounds`` blocks of ``repeat`` runs per implementation, in turn,
+    the median of the blocks' medians kept; rows in table order."""
     from .. import backend
 
     models = dict(MODELS)
@@ -147,6 +149,7 @@ def run(repeat: int = 30, warmup: int = 5, reference: bool = True,
             # The reference evaluator is about 100 times slower: fewer runs.
             runners.append(("poolfold.backend (other ops: reference)",
                             lambda: poolfold(other_ops="reference"), max(3, repeat // 5)))
+        ready = []
         for implementation, prepare, runs in runners:
             try:
                 start = time.perf_counter()
@@ -157,9 +160,18 @@ def run(repeat: int = 30, warmup: int = 5, reference: bool = True,
                 rows.append(Row(name, implementation, None, 0, f"cannot run it: "
                                                                 f"{_first_line(error)}"))
                 continue
-            time.sleep(0.5)  # a pause between blocks: the last one's threads settle
-            rows.append(Row(name, implementation, _median_ms(call, warmup, runs), runs,
-                            prepare_s=prepared))
+            ready.append((Row(name, implementation, None, runs * rounds, prepare_s=prepared),
+                          call, runs))
+        # Rounds of one block per implementation, in turn: a machine whose speed drifts
+        # over the minutes a model takes moves every implementation's blocks alike.
+        blocks: dict[int, list[float]] = {i: [] for i in range(len(ready))}
+        for _ in range(rounds):
+            for i, (_, call, runs) in enumerate(ready):
+                time.sleep(0.5)  # a pause between blocks: the last one's threads settle
+                blocks[i].append(_median_ms(call, warmup, runs))
+        for i, (row, _, _) in enumerate(ready):
+            row.median_ms = float(np.median(blocks[i]))
+            rows.append(row)
     return rows
 
 
@@ -226,9 +238,10 @@ def markdown(result: list[dict], meta: dict, command: str) -> str:
     lines += [""] + [f"- {note}" for note in notes] + ([""] if notes else []) + [
         f"`{command}` on {meta['date']}: {machine_text(meta)}; {versions_text(meta)}. "
         "Each implementation prepared once (`prepare s`: onnxruntime's session creation, then "
-        "each poolfold route's `prepare`, in the columns' order), run once, paused, then timed "
-        "in a block of its own: the median of at least 30 runs after a warm-up, in "
-        f"milliseconds; in brackets, the ratio to onnxruntime alone. {load_text(meta)}"]
+        "each poolfold route's `prepare`, in the columns' order) and run once; then three "
+        "rounds of one block each, in turn, each block at least 30 runs after a warm-up and a "
+        "pause; the median of the blocks' medians, in milliseconds; in brackets, the ratio to "
+        f"onnxruntime alone. {load_text(meta)}"]
     return "\n".join(lines)
 
 
