@@ -205,24 +205,6 @@ def _edge_scans(dst, to, src, e, first, lo, hi, out, uncut_lo, uncut_hi, width):
         dst[u(to + o)] = h
 
 
-def _order_matters(v, signed_zeros):  # pragma: no cover - replaced by the overload
-    raise NotImplementedError
-
-
-@overload(_order_matters)
-def _order_matters_overload(v, signed_zeros):
-    """Whether a maximum ``v`` may be held by taps of other bits than the first's: a NaN,
-    or, where ``signed_zeros`` (the taps may hold a -0.0), a zero of either sign.  Never for
-    integers (but the bits of the half types): their loop then compiles away."""
-    if isinstance(v, types.Integer) and v not in HALF_BITS:
-        return lambda v, signed_zeros: False
-
-    def floating(v, signed_zeros):
-        key = order_key(v)
-        return ((key == 0) & signed_zeros) | (key != key)
-    return floating
-
-
 def _is_zero(v):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
@@ -234,6 +216,13 @@ def _is_zero_overload(v):
     if isinstance(v, types.Integer) and v not in HALF_BITS:
         return lambda v: False
     return lambda v: order_key(v) == 0
+
+
+@njit(inline="always")
+def _order_matters(v, signed_zeros):
+    """Whether a maximum ``v`` may be held by taps of other bits than the first's: a NaN,
+    or, where ``signed_zeros`` (the taps may hold a -0.0), a zero of either sign."""
+    return (_is_zero(v) & signed_zeros) | is_nan(v)
 
 
 def _negative_zero(v):  # pragma: no cover - replaced by the overload inside numba
