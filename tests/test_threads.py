@@ -231,8 +231,8 @@ def test_invalid_steer_threads_warns_and_means_unset(monkeypatch, steering_read_
 
 def test_a_small_call_is_one_piece_per_thread_and_a_large_one_more():
     """Each piece is a Python call of the kernel, which holds the GIL while the others wait:
-    pieces beyond one a thread only where each has MIN_WORK_PER_PIECE of work.  The pieces
-    cover the range once, in order, whatever their count."""
+    pieces beyond one a thread only where each has MIN_WORK_PER_PIECE of work, and as many
+    for every thread.  The pieces cover the range once, in order, whatever their count."""
     from poolfold.kernels import threads
 
     def pieces(start, stop):
@@ -246,7 +246,9 @@ def test_a_small_call_is_one_piece_per_thread_and_a_large_one_more():
     assert run(threads.MIN_WORK_PER_PIECE) == 2  # one a thread
     assert run(None) == 2 * threads.PIECES_PER_THREAD  # work unknown: as many as ever
     assert run(100 * threads.MIN_WORK_PER_PIECE) == 2 * threads.PIECES_PER_THREAD
-    assert run(3 * threads.MIN_WORK_PER_PIECE) == 3
+    # as many pieces a thread on each: 3 pieces on 2 threads would leave one two thirds
+    assert run(3 * threads.MIN_WORK_PER_PIECE) == 2
+    assert run(5 * threads.MIN_WORK_PER_PIECE) == 4
 
 
 def test_a_split_must_take_enough_work_off_the_busiest_part():

@@ -175,7 +175,9 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
         return [kernel(*args, 0, count)]
     pieces = parts * PIECES_PER_THREAD
     if work is not None:
-        pieces = max(parts, min(pieces, work // MIN_WORK_PER_PIECE))
+        # a whole number of pieces a thread: 3 pieces on 2 threads of equal speed leave one
+        # of them two thirds of the call
+        pieces = max(parts, min(pieces, work // MIN_WORK_PER_PIECE) // parts * parts)
     pieces = min(count, pieces)
     bounds = [count * i // pieces for i in range(pieces + 1)]
     claims = itertools.count()  # next() on it is atomic: each piece is claimed once
