@@ -201,8 +201,9 @@ class SpinningPool:
     def park(self) -> None:
         """Stop the threads' spin now: they sleep until the next call.  Where other work
         follows on this process's cores (onnxruntime's stretches between a model's pooling
-        nodes), threads spinning on through it took half its cores (googlenet through
-        poolfold.backend: 1.8x onnxruntime's time, the same Convs 1.6-2x slower).  The next
+        nodes), threads spinning on through it took a core from it (googlenet through
+        poolfold.backend: its Convs 1.6-2x slower than in one session; 25.4 against 22.1 ms
+        a run parked).  The next
         call wakes them, as it wakes threads that spun out."""
         if not self.busy.acquire(blocking=False):
             return  # a call holds the threads: it is not spinning idle
