@@ -179,6 +179,37 @@ def test_valid_num_threads_in_process(monkeypatch, value):
     np.testing.assert_array_equal(got[1], want[1])
 
 
+def test_num_threads_is_read_afresh_each_call(monkeypatch):
+    """kernel_threads reads os.environ's backing store, not os.environ.get: a setting made,
+    changed, emptied or removed through os.environ counts from the next call."""
+    numba_threads = threads._numba_threads()
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", "1")
+    assert threads.kernel_threads() == 1
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", "2")
+    assert threads.kernel_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", "")
+    assert threads.kernel_threads() == numba_threads
+    monkeypatch.delenv("POOLFOLD_NUM_THREADS")
+    assert threads.kernel_threads() == numba_threads
+
+
+def test_unset_num_threads_follows_numba_once_its_layer_runs():
+    """Unset, the count is NUMBA_NUM_THREADS until numba's threading layer starts, then
+    numba.get_num_threads (what numba.set_num_threads set): in a child, as starting the layer
+    here would change this process for the tests after."""
+    script = ("import numba\n"
+              "from poolfold.kernels import threads\n"
+              "before = threads.kernel_threads()\n"
+              "numba.set_num_threads(1)\n"
+              "print(before, threads.kernel_threads())\n")
+    env = {k: v for k, v in os.environ.items() if k != "POOLFOLD_NUM_THREADS"}
+    env["NUMBA_NUM_THREADS"] = "2"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2", "1"]
+
+
 # ---------------------------------------------------------------------------- POOLFOLD_STEER_THREADS
 
 @pytest.fixture
