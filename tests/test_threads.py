@@ -180,8 +180,8 @@ def test_valid_num_threads_in_process(monkeypatch, value):
 
 
 def test_num_threads_is_read_afresh_each_call(monkeypatch):
-    """kernel_threads reads os.environ's backing store, not os.environ.get: a setting made,
-    changed, emptied or removed through os.environ counts from the next call."""
+    """kernel_threads keeps no copy of the setting: one made, changed, emptied or removed
+    through os.environ counts from the next call."""
     numba_threads = threads._numba_threads()
     monkeypatch.setenv("POOLFOLD_NUM_THREADS", "1")
     assert threads.kernel_threads() == 1
