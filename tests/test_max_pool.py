@@ -511,6 +511,8 @@ def test_each_kernel_path_matches_oracle(path, data):
     plan = resolve_plan(poolfold.schema.resolve("MaxPool", case.opset), case.x.shape,
                         case.kernel_shape, case.strides, case.pads, case.dilations,
                         case.auto_pad, case.ceil_mode)
+    if case.storage_order == 0:  # the launch pools the plan without its in-place axes
+        plan = plan.planes_from_leading_axes()[0]
     # the kernel forced, unless it cannot pool the plan (the separable kernel cannot stage
     # every plan; the row kernels give no Indices, the row blocks take short rows and
     # windows; no kernel but the direct scan takes a 0-size axis); none for no planes
