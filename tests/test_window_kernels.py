@@ -181,3 +181,37 @@ def test_tiling_windows_match_the_oracle(case):
     np.testing.assert_array_equal(
         column_major, oracle.max_pool(x, kernel, strides=strides, pads=pads,
                                       ceil_mode=ceil_mode, storage_order=1)[1])
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 512, 512), (1, 3, 224, 224), (1, 2, 6, 4, 8),
+                                   (2, 1, 14, 6)])
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_few_tiled_planes_are_cut_into_slices_the_threads_share(monkeypatch, shape, threads):
+    """The tiling kernel splits a call by planes: a call of few planes has each cut into
+    slices of whole windows along its first axis (tile_slices), each slice a plane of the
+    same flat offsets, so that Y and the row-major Indices are the whole planes' own."""
+    from poolfold.ops import max_pool as mp
+
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", threads)
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+    x.flat[::11] = 0.5  # ties across the slices' edges
+    kernel = [2] * (len(shape) - 2)
+    rank = len(kernel)
+    plan = window_plan("t", shape[2:], WindowAttributes.validate("t", rank, kernel, kernel,
+                                                                 None, None), "NOTSET", False)
+    planes = shape[0] * shape[1]
+    cut = mp.tile_slices(plan, planes, int(threads))
+    if threads == "1":
+        assert cut == 1
+    else:  # 8 items a thread, or a window row each
+        assert cut > 1 and plan.out_shape[0] % cut == 0
+        assert planes * cut >= min(16, planes * plan.out_shape[0])
+    launch = mp._pool_launch("t", shape[:2], x.dtype, plan, True, 0, None, -1, int(threads))
+    assert launch.kernel == mp.TILES and launch.kernel_planes == planes * cut
+    if shape == (1, 1, 512, 512):
+        assert launch.parts == int(threads)  # enough work for both threads
+    want_y, want_i = oracle.max_pool(x, kernel, strides=kernel)
+    y, i = pool_planes("t", x, plan, True, 0)
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(i, want_i)
+    np.testing.assert_array_equal(pool_planes("t", x, plan, False, 0)[0], want_y)

@@ -193,6 +193,17 @@ class WindowPlan:
                           self.dilations[m:], self.pad_begin[m:], self.pad_end[m:],
                           self.out_shape[m:], self.label), math.prod(self.in_shape[:m])
 
+    def first_axis_cut(self, pieces: int) -> WindowPlan:
+        """This plan over one of ``pieces`` equal slices of the first axis, for windows that
+        tile it (each slice ``in_shape[0] / pieces`` long, holding ``out_shape[0] / pieces``
+        whole windows): every slice is a plane of its own, its elements at the same flat
+        offsets as in the whole plane (so row-major Indices too)."""
+        n, out = self.in_shape[0], self.out_shape[0]
+        assert n % pieces == 0 and out % pieces == 0 and n == out * self.strides[0]
+        return WindowPlan((n // pieces,) + self.in_shape[1:], self.kernel, self.strides,
+                          self.dilations, self.pad_begin, self.pad_end,
+                          (out // pieces,) + self.out_shape[1:], self.label)
+
     @functools.cached_property
     def dims(self) -> PlanDims:
         """Built once per plan (plans are cached), not on every call: kernels only read them."""
