@@ -22,6 +22,7 @@ import poolfold.nhwc
 from poolfold import PoolfoldTypeError
 
 ROOT = Path(__file__).resolve().parents[1]
+IMPORTED_FROM = Path(poolfold.__file__).resolve().parents[1]  # the folder holding poolfold
 # Drawn over every op of fuzz.cases.OPS alike: the averaging family took ten of its sixteen
 # ops, and the cases the MaxPool / MaxUnpool / Col2Im ops gave up.  2000 before it; 1800 now,
 # as the averaging family's cases cost a little more (their oracle, their kernels' first
@@ -33,7 +34,10 @@ SEED = 20261123
 
 def test_fixed_seed_cases_all_pass():
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH"))
+    # The workers import the poolfold this process imported (an installed one, or src/),
+    # whose kernels numba has cached by their files' paths: importing src/ beside an
+    # installed copy compiled every kernel the campaign reaches again (195 s of a run).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(IMPORTED_FROM), env.get("PYTHONPATH"))
                                         if p)
     result = subprocess.run(
         [sys.executable, "-m", "tests.fuzz.campaign", "--cases", str(CASES), "--seed", str(SEED),

@@ -81,7 +81,8 @@ def start_checked_run() -> tuple[subprocess.Popen, Path]:
         NUMBA_CACHE_DIR=str(work / "numba-cache"),
         POOLFOLD_MAX_EXAMPLES=str(EXAMPLES),
         PYTHONPATH=os.pathsep.join(
-            p for p in (str(ROOT / "src"), str(ROOT / "tests"), env.get("PYTHONPATH")) if p),
+            p for p in (str(Path(poolfold.__file__).resolve().parents[1]), str(ROOT / "tests"),
+                        env.get("PYTHONPATH")) if p),
     )
     with open(work / "output.txt", "w") as output:
         process = subprocess.Popen(
