@@ -45,6 +45,7 @@ PROPERTY_TESTS = [
     "tests/test_max_pool_kernels.py::test_row_blocks_of_one_row_match_oracle",
     "tests/test_max_pool_kernels.py::test_forced_kernel_channels_last_matches_oracle",
     "tests/test_window_kernels.py::test_tiling_windows_match_the_oracle",
+    "tests/test_window_kernels.py::test_few_tiled_planes_are_cut_into_slices_the_threads_share",
     "tests/test_window_kernels.py::test_direct_and_separable_kernels_match_the_oracle",
     "tests/test_window_kernels.py::test_separable_paths_match_the_oracle",
     "tests/test_nhwc.py::test_nhwc_max_unpool_matches_oracle",
