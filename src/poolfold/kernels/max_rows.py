@@ -7,12 +7,16 @@ in two steps:
 1. the input rows its window reaches along the leading axes (for a 2-D 3x3 window, three
    rows of the plane) are folded, tap by tap, into one row of the input's width (W elements,
    or W*C for channels-last samples): contiguous streams, vectorised
-   (:func:`poolfold.kernels.folds.fold_values`), read from the input where they lie.  A
+   (:func:`poolfold.kernels.simd.fold_vectors`), read from the input where they lie.  A
    window of one leading row is read in place.
-2. that row is reduced along the last axis, tap by tap over every output of the row: tap t
-   of output i is element ``i*s + t*d``, a stream at the stride.  LLVM vectorises such loops
-   (deinterleaving loads) when it knows the stride, so strides 1 to 4 each get a loop of
-   their own; other strides share one.  Windows of 8 taps and more go by a ladder of runs
+2. that row is reduced along the last axis over every output of the row: tap t of output i
+   is element ``i*s + t*d``, a stream at the stride, folded in explicit vectors
+   (:func:`poolfold.kernels.simd.fold_strided`: each tap's elements loaded consecutively and
+   picked by a shuffle), strides 1 to 4 each compiled for their own literal; other strides
+   share one scalar loop, which LLVM vectorises by gathers.  The 3-tap window at stride 1
+   keeps a loop LLVM vectorises by itself (:func:`_stride_loop`), which reads its taps'
+   overlapping streams as one and was faster (float32 rows of 56: 0.29 against 0.37 ns an
+   output).  Windows of 8 taps and more go by a ladder of runs
    (:func:`_ladder`), whose passes do not grow with the window.  A channels-last row at
    stride 1 is one such stream too (lane c of output i is element ``i*C + c``, its tap t
    ``t*d*C`` further on); at other strides, and for windows the padding cuts, each output
@@ -21,8 +25,8 @@ in two steps:
 Every per-row step runs inside the kernel, never as a call: a helper called once per row of
 a few dozen outputs costs a third of a 2-D 3x3 pool's time (its array arguments, seven values
 each, and their reference counts), and so does one in the row loop that is never taken.  The
-steps are small functions numba inlines (:func:`_stride_loop`, :func:`_cut_window`,
-:func:`fold_values`), called from the kernel's own body: numba copies a function's whole
+steps are small functions numba inlines (:func:`_stride_loop`, :func:`_cut_window`) or
+intrinsics (:mod:`poolfold.kernels.simd`), called from the kernel's own body: numba copies a function's whole
 variable scope once per block of it when it inlines it, so inlining a function that holds
 other inlined loops (the row's reduction as one function) took 19-26 s to compile per
 type, where these take 7-11.  Long windows' helpers (:func:`_ladder`, :func:`_edge_scans`) are only
@@ -32,9 +36,9 @@ that is None before it compiles anything else.
 Reducing the last axis last means the strided pass, the dear one, runs over the output rows
 only, not over every input row: at stride s along the leading axes it has s times fewer
 rows to reduce than when the last axis goes first (:mod:`poolfold.kernels.max_passes`).
-Tap by tap over a row beats folding each output's taps in a register by 1.5-4x (measured,
-float32, 5 taps at stride 3: 0.93 against 2.7 ns per output): a register's running maximum
-waits on each comparison.
+A single output's taps folded in a scalar register lose to either: its running maximum
+waits on each comparison (measured, float32, 5 taps at stride 3: 2.7 ns an output, 0.93
+tap by tap over the row, 0.65 in vectors, four of them in flight).
 
 Folding the leading taps first visits a window's taps column by column, not in window order.
 Where equal values differ in their bits this picks another tap than the first: +0.0 where a
@@ -62,7 +66,8 @@ from numba import njit, types
 from numba.extending import overload
 
 from . import helper
-from .folds import beats, fold_values
+from .folds import beats
+from .simd import fold_strided, fold_vectors
 from .half import HALF_BITS
 from .odometer import next_in_ranges, next_in_shape
 from .ordering import is_nan, order_key
@@ -83,8 +88,8 @@ def _stride_loop(dst, to, src, e, count, s, k, d):
     """``dst[to + i]`` = the first maximum of ``src[e + i*s + t*d]`` over taps t < k, for i
     below ``count``: the first three taps in one sweep, then two a sweep (the store always
     mixes a tap in: see :mod:`poolfold.kernels.folds` on conditional stores).  Inlined, so
-    that a literal ``s`` reaches LLVM as a constant: the kernel calls it with strides 1 to
-    4 written out."""
+    that literals reach LLVM as constants: the kernels call it for the 3-tap window at
+    stride 1, and for strides above 4 (which :func:`fold_strided` has no literal for)."""
     u = np.uint64
     b = min(1, k - 1) * d
     c = min(2, k - 1) * d
@@ -316,7 +321,7 @@ def _reduce_lanes(dst, to, src, e, first, lo, hi, d, o_lo, o_hi, lanes, empty_va
             continue
         for t in range(taps):
             tap_at[t] = e + (first[o] + (lo[o] + t) * d) * lanes
-        fold_values(dst, where, src, tap_at, taps, lanes)
+        fold_vectors(dst, where, src, tap_at, taps, lanes)
 
 
 @helper
@@ -494,7 +499,7 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
             src = flat  # one leading row is read where it lies
             e = row_at[0]
             if rows > 1:
-                fold_values(row, 0, flat, row_at, rows, width)
+                fold_vectors(row, 0, flat, row_at, rows, width)
                 src = row
                 e = 0
             if lanes == 1 or s == 1:
@@ -524,17 +529,14 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
                         if d == 1 and k == 3 and lanes == 1:
                             _stride_loop(y_flat, where, src, at, count, 1, 3, 1)
                         else:
-                            _stride_loop(y_flat, where, src, at, count * lanes, 1, k,
+                            fold_strided(y_flat, where, src, at, count * lanes, 1, k,
                                          d * lanes)
                     elif s == 2:
-                        if d == 1 and k == 3:
-                            _stride_loop(y_flat, where, src, at, count, 2, 3, 1)
-                        else:
-                            _stride_loop(y_flat, where, src, at, count, 2, k, d)
+                        fold_strided(y_flat, where, src, at, count, 2, k, d)
                     elif s == 3:
-                        _stride_loop(y_flat, where, src, at, count, 3, k, d)
+                        fold_strided(y_flat, where, src, at, count, 3, k, d)
                     elif s == 4:
-                        _stride_loop(y_flat, where, src, at, count, 4, k, d)
+                        fold_strided(y_flat, where, src, at, count, 4, k, d)
                     else:
                         _stride_loop(y_flat, where, src, at, count, s, k, d)
                 scanned = False
@@ -630,7 +632,7 @@ def max_row_blocks(x, y, axes, taps, lead, setup, empty_value, start, stop):
     staged = np.empty(0 if in_place else block_rows * out_pitch, x.dtype)
     row_at = np.empty(max(setup[MOST_ROWS], 1), np.int64)
     rows_of = np.empty(block_rows, np.int64)  # each row's count of leading rows
-    one = np.empty(1, np.int64)  # an output row found again in window order
+    one = np.empty(1, np.int64)  # a staged row's start; an output row found in window order
     o = np.zeros(max(last, 1), np.int64)
     j = np.zeros(max(last, 1), np.int64)
     out_shape, lead_at, lead_taps, steps = axes[OUT], lead[AT], lead[TAPS], axes[STEP]
@@ -691,7 +693,7 @@ def max_row_blocks(x, y, axes, taps, lead, setup, empty_value, start, stop):
                 # (not always the first row's first: see _screen)
                 span_lo = row_at[0] if span_lo < 0 else min(span_lo, row_at[0])
                 span_hi = max(span_hi, row_at[rows - 1] + data)
-                fold_values(folded, b * pitch + shift, flat, row_at, rows, data)
+                fold_vectors(folded, b * pitch + shift, flat, row_at, rows, data)
             else:  # every leading tap is padding: the row's windows are empty
                 for i in range(b * pitch + shift, b * pitch + shift + data):
                     folded[u(i)] = empty_value
@@ -703,23 +705,19 @@ def max_row_blocks(x, y, axes, taps, lead, setup, empty_value, start, stop):
             if d == 1 and k == 3:
                 _stride_loop(dst, where, folded, 0, count, 1, 3, 1)
             else:
-                _stride_loop(dst, where, folded, 0, count, 1, k, d)
+                fold_strided(dst, where, folded, 0, count, 1, k, d)
         elif s == 2:
-            if d == 1 and k == 3:
-                _stride_loop(dst, where, folded, 0, count, 2, 3, 1)
-            else:
-                _stride_loop(dst, where, folded, 0, count, 2, k, d)
+            fold_strided(dst, where, folded, 0, count, 2, k, d)
         elif s == 3:
-            _stride_loop(dst, where, folded, 0, count, 3, k, d)
+            fold_strided(dst, where, folded, 0, count, 3, k, d)
         elif s == 4:
-            _stride_loop(dst, where, folded, 0, count, 4, k, d)
+            fold_strided(dst, where, folded, 0, count, 4, k, d)
         else:
             _stride_loop(dst, where, folded, 0, count, s, k, d)
-        if not in_place:
+        if not in_place:  # each staged row copied as a fold of one tap: in vectors
             for b in range(g1 - g0):
-                to = (g0 + b) * out
-                for i in range(out):
-                    y_flat[u(to + i)] = staged[u(b * out_pitch + i)]
+                one[0] = b * out_pitch
+                fold_vectors(y_flat, (g0 + b) * out, staged, one, 1, out)
         if folding:  # NaNs and zeros of folded rows found again in window order
             zeros = nans = False
             for i in range(g0 * out, g1 * out):

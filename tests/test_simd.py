@@ -1,0 +1,148 @@
+"""The explicit vector folds (poolfold.kernels.simd) against a first maximum found element by
+element in Python: every type the kernels pool, every vector width's ragged ends (folds
+shorter than a vector, a vector and a bit, whole vectors), strides 1 to 4 and dilations,
+with NaNs, -0.0 and +0.0 among the values so that the tap each fold keeps shows in the bits."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numba import njit
+
+from poolfold import dtypes
+from poolfold.kernels.simd import fold_strided, fold_vectors
+
+TYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8")
+
+
+@njit
+def _fold_vectors(dst, to, src, starts, taps, count):
+    fold_vectors(dst, to, src, starts, taps, count)
+
+
+@njit
+def _fold_strided(dst, to, src, at, count, stride, taps, dilation):
+    # the stride must reach the intrinsic as a literal
+    if stride == 1:
+        fold_strided(dst, to, src, at, count, 1, taps, dilation)
+    elif stride == 2:
+        fold_strided(dst, to, src, at, count, 2, taps, dilation)
+    elif stride == 3:
+        fold_strided(dst, to, src, at, count, 3, taps, dilation)
+    else:
+        fold_strided(dst, to, src, at, count, 4, taps, dilation)
+
+
+def values(dtype: str, size: int, seed: int) -> np.ndarray:
+    """Values with many ties, zeros of both signs and (for floats) NaNs of two payloads."""
+    rng = np.random.default_rng(seed)
+    if dtype in ("int8", "uint8"):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max + 1, size).astype(dtype)
+    pool = np.array([0.0, -0.0, 1.5, -1.5, 2.0, np.inf, -np.inf, np.nan], np.float64)
+    x = np.where(rng.random(size) < 0.5, rng.choice(pool, size), rng.standard_normal(size))
+    x = x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    bits = x.view(np.dtype(f"u{x.itemsize}"))
+    other_nan = rng.random(size) < 0.5
+    # a NaN with another payload: which NaN a fold keeps shows in the bits
+    bits[np.isnan(x.astype(np.float64)) & other_nan] |= 1
+    return x
+
+
+def first_maximum(taps: list):
+    """The first maximum of ``taps`` (Python floats or ints) in order, or the first NaN:
+    the index of the tap kept."""
+    kept = 0
+    for t in range(1, len(taps)):
+        v, held = taps[t], taps[kept]
+        if isinstance(held, float) and math.isnan(held):
+            break
+        if (isinstance(v, float) and math.isnan(v)) or v > held:
+            kept = t
+    return kept
+
+
+def expected(x: np.ndarray, dst_size: int, to: int, starts, count: int, stride: int) -> bytes:
+    """``dst[to + i]`` = the tap of x kept over ``starts[t] + i*stride``, the rest zero."""
+    as_python = x.astype(np.float64).tolist() if x.dtype.kind == "f" or x.dtype.name == \
+        "bfloat16" else x.tolist()
+    out = np.zeros(dst_size, x.dtype)
+    for i in range(count):
+        at = [s + i * stride for s in starts]
+        out[to + i] = x[at[first_maximum([as_python[a] for a in at])]]
+    return out.view(np.uint8).tobytes()
+
+
+def run_fold_vectors(x, dst_size, to, starts, count) -> bytes:
+    xv = dtypes.value_view(x)
+    dst = np.zeros(dst_size, xv.dtype)
+    _fold_vectors(dst, to, xv, np.asarray(starts, np.int64), len(starts), count)
+    return dst.view(np.uint8).tobytes()
+
+
+def run_fold_strided(x, dst_size, to, at, count, stride, taps, dilation) -> bytes:
+    xv = dtypes.value_view(x)
+    dst = np.zeros(dst_size, xv.dtype)
+    _fold_strided(dst, to, xv, at, count, stride, taps, dilation)
+    return dst.view(np.uint8).tobytes()
+
+
+# every ragged end of every width: 0, 1, below a vector of 1-byte types, around a whole
+# vector of each type, and several vectors and a bit
+COUNTS = (0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 131)
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+@pytest.mark.parametrize("taps", [1, 2, 3, 5])
+def test_fold_vectors_keeps_the_first_maximum(dtype, taps):
+    x = values(dtype, 600, seed=taps)
+    rng = np.random.default_rng(taps)
+    for count in COUNTS:
+        starts = sorted(rng.choice(300, taps, replace=False).tolist())
+        to = int(rng.integers(0, 5))
+        got = run_fold_vectors(x, 140, to, starts, count)
+        assert got == expected(x, 140, to, starts, count, 1), (dtype, taps, count, starts)
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+@pytest.mark.parametrize("stride", [1, 2, 3, 4])
+def test_fold_strided_keeps_the_first_maximum(dtype, stride):
+    x = values(dtype, 900, seed=stride)
+    rng = np.random.default_rng(stride)
+    for count in COUNTS:
+        for taps, dilation in ((1, 1), (2, 1), (3, 1), (3, 2), (5, 3)):
+            at = int(rng.integers(0, 20))
+            to = int(rng.integers(0, 5))
+            starts = [at + t * dilation for t in range(taps)]
+            got = run_fold_strided(x, 140, to, at, count, stride, taps, dilation)
+            assert got == expected(x, 140, to, starts, count, stride), (
+                dtype, stride, count, taps, dilation)
+
+
+def test_strided_fold_reads_nothing_past_its_last_tap():
+    """The wide loads are masked to the elements they keep: a fold whose last tap is the
+    array's last element reads no further (an unmasked load would read stride - 1 more,
+    which the bounds-checked run reports, and which past a page's end faults)."""
+    for stride in (2, 3, 4):
+        for count in (1, 7, 8, 9, 40):
+            x = values("float32", (count - 1) * stride + 3, seed=count)
+            got = run_fold_strided(x, count, 0, 0, count, stride, 3, 1)
+            assert got == expected(x, count, 0, [0, 1, 2], count, stride)
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(TYPES), count=st.integers(0, 150), taps=st.integers(1, 7),
+       stride=st.integers(1, 4), dilation=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_folds_match_element_by_element(dtype, count, taps, stride, dilation, seed):
+    size = max(count - 1, 0) * stride + (taps - 1) * dilation + 1 + 8
+    x = values(dtype, size, seed)
+    starts = [t * dilation for t in range(taps)]
+    want = expected(x, count + 3, 3, starts, count, stride)
+    assert run_fold_strided(x, count + 3, 3, 0, count, stride, taps, dilation) == want
+    if stride == 1:
+        assert run_fold_vectors(x, count + 3, 3, starts, count) == want
