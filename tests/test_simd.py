@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from numba import njit
 
 from poolfold import dtypes
-from poolfold.kernels.simd import fold_strided, fold_vectors
+from poolfold.kernels.simd import fold_strided, fold_vectors, sum_strided
 
 TYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8")
 
@@ -146,3 +146,44 @@ def test_folds_match_element_by_element(dtype, count, taps, stride, dilation, se
     assert run_fold_strided(x, count + 3, 3, 0, count, stride, taps, dilation) == want
     if stride == 1:
         assert run_fold_vectors(x, count + 3, 3, starts, count) == want
+
+
+@njit
+def _sum_strided(dst, to, src, at, count, stride, taps, dilation):
+    if stride == 1:
+        sum_strided(dst, to, src, at, count, 1, taps, dilation)
+    elif stride == 2:
+        sum_strided(dst, to, src, at, count, 2, taps, dilation)
+    elif stride == 3:
+        sum_strided(dst, to, src, at, count, 3, taps, dilation)
+    else:
+        sum_strided(dst, to, src, at, count, 4, taps, dilation)
+
+
+def expected_sums(x: np.ndarray, dst_size: int, to: int, at: int, count: int, stride: int,
+                  taps: int, dilation: int) -> bytes:
+    """Each output's taps added left to right in x's own type, one addition at a time."""
+    out = np.zeros(dst_size, x.dtype)
+    for i in range(count):
+        total = x[at + i * stride]
+        for t in range(1, taps):
+            total = x.dtype.type(total + x[at + i * stride + t * dilation])
+        out[to + i] = total
+    return out.tobytes()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("stride", [1, 2, 3, 4])
+def test_sum_strided_adds_left_to_right(dtype, stride):
+    """The sums keep the order of a loop per tap, bit for bit: values of very different
+    sizes make any other order round differently."""
+    rng = np.random.default_rng(stride)
+    x = (rng.standard_normal(900) * 10.0 ** rng.integers(-8, 9, 900)).astype(dtype)
+    x[rng.random(900) < 0.02] = np.inf
+    for count in COUNTS:
+        for taps, dilation in ((1, 1), (2, 1), (3, 1), (3, 2), (5, 3), (7, 1)):
+            at, to = int(rng.integers(0, 20)), int(rng.integers(0, 5))
+            dst = np.zeros(140, dtype)
+            _sum_strided(dst, to, x, at, count, stride, taps, dilation)
+            assert dst.tobytes() == expected_sums(x, 140, to, at, count, stride, taps,
+                                                  dilation), (dtype, stride, count, taps)

@@ -133,9 +133,10 @@ UNROLL = 4
 
 
 def _vector_folds(context, builder, dst_type, dst, to, src_type, src, offsets, taps, count,
-                  stride):
-    """The shared body: ``dst[to + i]`` = the first maximum over taps t < taps of
-    ``src[offsets(t) + i*stride]`` for i < count."""
+                  stride, combine=_fold_in):
+    """The shared body: ``dst[to + i]`` = the taps t < taps of ``src[offsets(t) + i*stride]``
+    for i < count, combined in tap order by ``combine(builder, dtype, held, v)``: the first
+    maximum, or a sum."""
     dtype = src_type.dtype
     lanes = _lanes(dtype)
     i64 = ir.IntType(64)
@@ -165,7 +166,7 @@ def _vector_folds(context, builder, dst_type, dst, to, src_type, src, offsets, t
                        builder.add(builder.add(at, step), reach), src_size)
                 v = _picked(builder, src_base, builder.add(at, step), stride, width,
                             element_type)
-                builder.store(_fold_in(builder, dtype, builder.load(h), v), h)
+                builder.store(combine(builder, dtype, builder.load(h), v), h)
         for h, i in zip(held, starts):
             _check(context, builder, builder.add(to, i),
                    builder.add(builder.add(to, i), ir.Constant(i64, width - 1)), dst_size)
@@ -241,6 +242,35 @@ def fold_strided(typingctx, dst, to, src, at, count, stride, taps, dilation):
 
         _vector_folds(context, builder, signature.args[0], dst_v, to_v, signature.args[2],
                       src_v, offsets, taps_v, count_v, s)
+        return context.get_dummy_value()
+
+    return types.void(dst, types.int64, src, types.int64, types.int64, stride, types.int64,
+                      types.int64), codegen
+
+
+def _add(builder, dtype, held, v):
+    return builder.fadd(held, v)
+
+
+@intrinsic(prefer_literal=True)
+def sum_strided(typingctx, dst, to, src, at, count, stride, taps, dilation):
+    """``dst[to + i]`` = ``src[at + i*stride]`` + the taps t < ``taps`` after it, each
+    ``dilation`` further on, added left to right (the order a loop per tap adds them in),
+    for i < ``count``; float32 or float64, ``stride`` a literal."""
+    if not (isinstance(src, types.Array) and isinstance(dst, types.Array)
+            and isinstance(src.dtype, types.Float) and dst.dtype == src.dtype
+            and isinstance(stride, types.IntegerLiteral)):
+        return None
+    s = stride.literal_value
+
+    def codegen(context, builder, signature, args):
+        dst_v, to_v, src_v, at_v, count_v, _, taps_v, dilation_v = args
+
+        def offsets(t):
+            return builder.add(at_v, builder.mul(t, dilation_v))
+
+        _vector_folds(context, builder, signature.args[0], dst_v, to_v, signature.args[2],
+                      src_v, offsets, taps_v, count_v, s, combine=_add)
         return context.get_dummy_value()
 
     return types.void(dst, types.int64, src, types.int64, types.int64, stride, types.int64,

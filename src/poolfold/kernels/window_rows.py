@@ -34,6 +34,7 @@ from numba.extending import overload
 
 from .half import narrow_to
 from .odometer import next_in_ranges
+from .simd import sum_strided
 from .window_sum import (AVERAGE, DILATION, KERNEL, N, OUT, STRIDE, UNCUT_HI, UNCUT_LO,
                          _helper, _kernel, _plane_size, _term, as_float32_value, widen)
 
@@ -205,50 +206,39 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
         # assigned), then the cut ones (padding, the axis's ends) one by one, taps in order.
         if uncut > 0:
             o0 = np.uint64(u0) * width
-            for j in range(k):
-                t0 = np.uint64((first[u0] + j * d) * channels)
-                # Single elements, strided: a constant stride lets LLVM load the row as
-                # interleaved vectors and shuffle.  Written out per stride: through an
-                # inlined helper taking the stride (max_rows's way) these loops ran 1.5x
-                # slower (3x3 s2 over (8,64,112,112): 5.5 against 3.9 ms on one thread).
-                if channels == 1 and s == 2:
-                    if j == 0:
-                        for i in range(uncut):
-                            sums[o0 + i] = acc[t0 + i * np.uint64(2)]
-                    else:
-                        for i in range(uncut):
-                            sums[o0 + i] += acc[t0 + i * np.uint64(2)]
-                elif channels == 1 and s == 3:
-                    if j == 0:
-                        for i in range(uncut):
-                            sums[o0 + i] = acc[t0 + i * np.uint64(3)]
-                    else:
-                        for i in range(uncut):
-                            sums[o0 + i] += acc[t0 + i * np.uint64(3)]
-                elif channels == 1 and s != 1:
-                    if j == 0:
-                        for i in range(uncut):
-                            sums[o0 + i] = acc[t0 + i * s]
-                    else:
-                        for i in range(uncut):
-                            sums[o0 + i] += acc[t0 + i * s]
-                elif s == 1:  # consecutive outputs read consecutive runs: one loop
-                    if j == 0:
-                        for i in range(uncut * width):
-                            sums[o0 + i] = acc[t0 + i]
-                    else:
-                        for i in range(uncut * width):
-                            sums[o0 + i] += acc[t0 + i]
-                else:  # runs of channels, strided
-                    for u in range(uncut):
-                        src = t0 + u * s * width
-                        dst = o0 + u * width
+            t0 = np.int64(first[u0] * channels)
+            # Each output's taps added in a register, vectors of outputs at a time
+            # (:func:`poolfold.kernels.simd.sum_strided`), for a literal stride: strided
+            # single elements loaded consecutively and picked by a shuffle, where LLVM's own
+            # loops read them one by one.
+            if s == 1:  # consecutive outputs read consecutive runs: one stream
+                sum_strided(sums, o0, acc, t0, uncut * width, 1, k, d * channels)
+            elif channels == 1 and s == 2:
+                sum_strided(sums, o0, acc, t0, uncut, 2, k, d)
+            elif channels == 1 and s == 3:
+                sum_strided(sums, o0, acc, t0, uncut, 3, k, d)
+            elif channels == 1 and s == 4:
+                sum_strided(sums, o0, acc, t0, uncut, 4, k, d)
+            else:
+                for j in range(k):
+                    t0 = np.uint64((first[u0] + j * d) * channels)
+                    if channels == 1:
                         if j == 0:
-                            for c in range(width):
-                                sums[dst + c] = acc[src + c]
+                            for i in range(uncut):
+                                sums[o0 + i] = acc[t0 + i * s]
                         else:
-                            for c in range(width):
-                                sums[dst + c] += acc[src + c]
+                            for i in range(uncut):
+                                sums[o0 + i] += acc[t0 + i * s]
+                    else:  # runs of channels, strided
+                        for u in range(uncut):
+                            src = t0 + u * s * width
+                            dst = o0 + u * width
+                            if j == 0:
+                                for c in range(width):
+                                    sums[dst + c] = acc[src + c]
+                            else:
+                                for c in range(width):
+                                    sums[dst + c] += acc[src + c]
         for side in range(2):  # before the uncut run, then after it (not a test per output)
             for o in range(0 if side == 0 else max(u0, u1), u0 if side == 0 else out_last):
                 dst = np.uint64(o) * width
