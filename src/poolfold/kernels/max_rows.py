@@ -26,12 +26,13 @@ Every per-row step runs inside the kernel, never as a call: a helper called once
 a few dozen outputs costs a third of a 2-D 3x3 pool's time (its array arguments, seven values
 each, and their reference counts), and so does one in the row loop that is never taken.  The
 steps are small functions numba inlines (:func:`_stride_loop`, :func:`_cut_window`) or
-intrinsics (:mod:`poolfold.kernels.simd`), called from the kernel's own body: numba copies a function's whole
-variable scope once per block of it when it inlines it, so inlining a function that holds
-other inlined loops (the row's reduction as one function) took 19-26 s to compile per
-type, where these take 7-11.  Long windows' helpers (:func:`_ladder`, :func:`_edge_scans`) are only
-in the kernel compiled for a ``long_windows`` of True: numba drops a branch on an argument
-that is None before it compiles anything else.
+intrinsics (:mod:`poolfold.kernels.simd`), called from the kernel's own body: numba copies
+a function's whole variable scope once per block of it when it inlines it, so inlining a
+function that holds other inlined loops (the row's reduction as one function) took 19-26 s
+to compile per type, where these take 7-11 (5-6 since the intrinsics).  Long windows'
+helpers (:func:`_ladder`, :func:`_edge_scans`) are only in the kernel compiled for a
+``long_windows`` of True: numba drops a branch on an argument that is None before it
+compiles anything else.
 
 Reducing the last axis last means the strided pass, the dear one, runs over the output rows
 only, not over every input row: at stride s along the leading axes it has s times fewer

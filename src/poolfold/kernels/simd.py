@@ -79,6 +79,10 @@ def _fold_in(builder, dtype, held, v):
     return builder.select(_beats(builder, dtype, v, held), v, held)
 
 
+def _add(builder, dtype, held, v):
+    return builder.fadd(held, v)
+
+
 def _pointer(context, builder, array_type, array):
     return context.make_array(array_type)(context, builder, array).data
 
@@ -201,14 +205,8 @@ def _vector_folds(context, builder, dst_type, dst, to, src_type, src, offsets, t
         ragged(lanes)
 
 
-@intrinsic
-def fold_vectors(typingctx, dst, to, src, starts, taps, count):
-    """``dst[to + i]`` = the first maximum of ``src[starts[t] + i]`` over taps t < ``taps``,
-    for i < ``count``: :func:`poolfold.kernels.folds.fold_values` in vectors."""
-    if not (isinstance(src, types.Array) and isinstance(dst, types.Array)
-            and _supported(src.dtype) and dst.dtype == src.dtype):
-        return None
-
+def _over_starts(combine):
+    """The codegen of a fold over taps that start at ``starts[t]`` (consecutive outputs)."""
     def codegen(context, builder, signature, args):
         dst_v, to_v, src_v, starts_v, taps_v, count_v = args
         starts_base = _pointer(context, builder, signature.args[3], starts_v)
@@ -217,10 +215,44 @@ def fold_vectors(typingctx, dst, to, src, starts, taps, count):
             return builder.load(builder.gep(starts_base, [t]))
 
         _vector_folds(context, builder, signature.args[0], dst_v, to_v, signature.args[2],
-                      src_v, offsets, taps_v, count_v, 1)
+                      src_v, offsets, taps_v, count_v, 1, combine)
         return context.get_dummy_value()
 
-    return types.void(dst, types.int64, src, starts, types.int64, types.int64), codegen
+    return codegen
+
+
+def _over_a_stride(combine, stride: int):
+    """The codegen of a fold over taps ``dilation`` apart, outputs ``stride`` apart."""
+    def codegen(context, builder, signature, args):
+        dst_v, to_v, src_v, at_v, count_v, _, taps_v, dilation_v = args
+
+        def offsets(t):
+            return builder.add(at_v, builder.mul(t, dilation_v))
+
+        _vector_folds(context, builder, signature.args[0], dst_v, to_v, signature.args[2],
+                      src_v, offsets, taps_v, count_v, stride, combine)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _arrays_of(dst, src, accepts) -> bool:
+    return (isinstance(src, types.Array) and isinstance(dst, types.Array)
+            and accepts(src.dtype) and dst.dtype == src.dtype)
+
+
+def _floats(dtype) -> bool:
+    return isinstance(dtype, types.Float)
+
+
+@intrinsic
+def fold_vectors(typingctx, dst, to, src, starts, taps, count):
+    """``dst[to + i]`` = the first maximum of ``src[starts[t] + i]`` over taps t < ``taps``,
+    for i < ``count``: :func:`poolfold.kernels.folds.fold_values` in vectors."""
+    if not _arrays_of(dst, src, _supported):
+        return None
+    return (types.void(dst, types.int64, src, starts, types.int64, types.int64),
+            _over_starts(_fold_in))
 
 
 @intrinsic(prefer_literal=True)
@@ -228,28 +260,10 @@ def fold_strided(typingctx, dst, to, src, at, count, stride, taps, dilation):
     """``dst[to + i]`` = the first maximum of ``src[at + i*stride + t*dilation]`` over taps
     t < ``taps``, for i < ``count``, ``stride`` a literal: each tap's elements loaded
     consecutively and picked by a shuffle."""
-    if not (isinstance(src, types.Array) and isinstance(dst, types.Array)
-            and _supported(src.dtype) and dst.dtype == src.dtype
-            and isinstance(stride, types.IntegerLiteral)):
+    if not (_arrays_of(dst, src, _supported) and isinstance(stride, types.IntegerLiteral)):
         return None
-    s = stride.literal_value
-
-    def codegen(context, builder, signature, args):
-        dst_v, to_v, src_v, at_v, count_v, _, taps_v, dilation_v = args
-
-        def offsets(t):
-            return builder.add(at_v, builder.mul(t, dilation_v))
-
-        _vector_folds(context, builder, signature.args[0], dst_v, to_v, signature.args[2],
-                      src_v, offsets, taps_v, count_v, s)
-        return context.get_dummy_value()
-
-    return types.void(dst, types.int64, src, types.int64, types.int64, stride, types.int64,
-                      types.int64), codegen
-
-
-def _add(builder, dtype, held, v):
-    return builder.fadd(held, v)
+    return (types.void(dst, types.int64, src, types.int64, types.int64, stride, types.int64,
+                       types.int64), _over_a_stride(_fold_in, stride.literal_value))
 
 
 @intrinsic(prefer_literal=True)
@@ -257,21 +271,17 @@ def sum_strided(typingctx, dst, to, src, at, count, stride, taps, dilation):
     """``dst[to + i]`` = ``src[at + i*stride]`` + the taps t < ``taps`` after it, each
     ``dilation`` further on, added left to right (the order a loop per tap adds them in),
     for i < ``count``; float32 or float64, ``stride`` a literal."""
-    if not (isinstance(src, types.Array) and isinstance(dst, types.Array)
-            and isinstance(src.dtype, types.Float) and dst.dtype == src.dtype
-            and isinstance(stride, types.IntegerLiteral)):
+    if not (_arrays_of(dst, src, _floats) and isinstance(stride, types.IntegerLiteral)):
         return None
-    s = stride.literal_value
+    return (types.void(dst, types.int64, src, types.int64, types.int64, stride, types.int64,
+                       types.int64), _over_a_stride(_add, stride.literal_value))
 
-    def codegen(context, builder, signature, args):
-        dst_v, to_v, src_v, at_v, count_v, _, taps_v, dilation_v = args
 
-        def offsets(t):
-            return builder.add(at_v, builder.mul(t, dilation_v))
-
-        _vector_folds(context, builder, signature.args[0], dst_v, to_v, signature.args[2],
-                      src_v, offsets, taps_v, count_v, s, combine=_add)
-        return context.get_dummy_value()
-
-    return types.void(dst, types.int64, src, types.int64, types.int64, stride, types.int64,
-                      types.int64), codegen
+@intrinsic
+def sum_vectors(typingctx, dst, to, src, starts, taps, count):
+    """``dst[to + i]`` = ``src[starts[0] + i]`` + ``src[starts[t] + i]`` for the taps t <
+    ``taps`` after it, added left to right, for i < ``count``; float32 or float64."""
+    if not _arrays_of(dst, src, _floats):
+        return None
+    return (types.void(dst, types.int64, src, starts, types.int64, types.int64),
+            _over_starts(_add))

@@ -34,7 +34,7 @@ from numba.extending import overload
 
 from .half import narrow_to
 from .odometer import next_in_ranges
-from .simd import sum_strided
+from .simd import sum_strided, sum_vectors
 from .window_sum import (AVERAGE, DILATION, KERNEL, N, OUT, STRIDE, UNCUT_HI, UNCUT_LO,
                          _helper, _kernel, _plane_size, _term, as_float32_value, widen)
 
@@ -63,6 +63,32 @@ def _row_term_overload(raw, mark, p):
     if mark.dtype == types.int8 and raw != types.float64:
         return lambda raw, mark, p: as_float32_value(raw)
     return lambda raw, mark, p: _term(widen(raw), mark, p)
+
+
+def _add_rows(acc, x, row_at, rows, span, mark, p):  # pragma: no cover - see the overload
+    raise NotImplementedError
+
+
+@overload(_add_rows)
+def _add_rows_overload(acc, x, row_at, rows, span, mark, p):
+    """``acc[i]`` = the terms of ``x[row_at[r] + i]`` over the rows r < ``rows`` added in
+    order, for i < ``span``: in explicit vectors (:func:`poolfold.kernels.simd.sum_vectors`)
+    where the terms are the values themselves in the accumulator's type (AveragePool of
+    float32 or float64), else a loop per row (widening or powering each element)."""
+    if mark.dtype == types.int8 and x.dtype == acc.dtype:
+        def in_vectors(acc, x, row_at, rows, span, mark, p):
+            sum_vectors(acc, 0, x, row_at, rows, span)
+        return in_vectors
+
+    def by_rows(acc, x, row_at, rows, span, mark, p):
+        at = np.uint64(row_at[0])
+        for i in range(span):
+            acc[i] = _row_term(x[at + i], mark, p)
+        for r in range(1, rows):
+            at = np.uint64(row_at[r])
+            for i in range(span):
+                acc[i] += _row_term(x[at + i], mark, p)
+    return by_rows
 
 
 @_helper
@@ -134,6 +160,11 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
     acc = _accumulator(row_length * np.uint64(block_rows), mark, x)
     sums = _accumulator(max(out_length, row_length * np.uint64(block_rows)), mark, x)
     shrink = _shrink(axes)
+    # where each input row the outer axes' taps reach starts (at most the taps in bounds)
+    most_rows = 1
+    for a in range(last):
+        most_rows *= min(axes[KERNEL, a], axes[N, a])
+    row_at = np.empty(most_rows, np.int64)
     position = np.zeros(rank, np.int64)  # the output row's position along the outer axes
     tap = np.zeros(rank, np.int64)  # the tap being added along the outer axes
     in_strides = np.zeros(rank, np.int64)  # elements between positions along each axis
@@ -171,19 +202,13 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
         if empty:
             for i in range(span):
                 acc[i] = 0.0
-        assign = True
+        rows_in = 0
         while not empty:
             row = outer * size
             for a in range(last):
                 row += (taps[0, a, position[a]] + tap[a] * axes[DILATION, a]) * in_strides[a]
-            at = np.uint64(row)
-            if assign:
-                for i in range(span):
-                    acc[i] = _row_term(x[at + i], mark, p)
-                assign = False
-            else:
-                for i in range(span):
-                    acc[i] += _row_term(x[at + i], mark, p)
+            row_at[rows_in] = row
+            rows_in += 1
             # The next combination, row-major (the last outer axis fastest): odometer's
             # next_in_ranges written out, as a call per input row (its seven array
             # arguments) cost as much as adding a short row (3x3 s2 over (8,64,112,112):
@@ -197,6 +222,8 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
                 a -= 1
             if a < 0:
                 break
+        if rows_in > 0:
+            _add_rows(acc, x, row_at, rows_in, span, mark, p)
         if count > 1:
             _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides,
                          outer * size, outer * outputs + r * out_last, count, mode, p, shrink)
@@ -315,17 +342,8 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
     first, lo, hi = taps[0, last], taps[1, last], taps[2, last]
     k, d = axes[KERNEL, last], axes[DILATION, last]
     u0, u1 = axes[UNCUT_LO, last], axes[UNCUT_HI, last]
-    if u1 > u0:
-        run = np.uint64((count - 1) * n + u1 - u0)
-        o0 = np.uint64(u0)
-        for j in range(k):
-            t0 = np.uint64(first[u0] + j * d)
-            if j == 0:
-                for i in range(run):
-                    sums[o0 + i] = acc[t0 + i]
-            else:
-                for i in range(run):
-                    sums[o0 + i] += acc[t0 + i]
+    if u1 > u0:  # the run, each output's taps added in a register (see window_rows)
+        sum_strided(sums, u0, acc, first[u0], (count - 1) * n + u1 - u0, 1, k, d)
     for t in range(count):
         row = t * n
         for side in range(2):  # before the uncut run, then after it
