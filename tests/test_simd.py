@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from numba import njit
 
 from poolfold import dtypes
-from poolfold.kernels.simd import fold_strided, fold_vectors, sum_strided
+from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, fold_strided, fold_vectors,
+                                  sum_strided, zeros_and_nans)
 
 TYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8")
 
@@ -187,3 +188,28 @@ def test_sum_strided_adds_left_to_right(dtype, stride):
             _sum_strided(dst, to, x, at, count, stride, taps, dilation)
             assert dst.tobytes() == expected_sums(x, 140, to, at, count, stride, taps,
                                                   dilation), (dtype, stride, count, taps)
+
+
+@njit
+def _zeros_and_nans(x, lo, hi):
+    return zeros_and_nans(x, lo, hi)
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+def test_zeros_and_nans_finds_each_in_any_place(dtype):
+    """A zero of either sign or a NaN anywhere in the range, in a whole vector or the
+    scalar tail, and nothing outside it; never for integer types."""
+    rng = np.random.default_rng(7)
+    for count in (0, 1, 7, 8, 9, 31, 32, 33, 100):
+        for special in (None, 0.0, -0.0, np.nan):
+            x = (rng.standard_normal(count + 10) + 8).astype(
+                ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+            if dtype not in ("int8", "uint8"):
+                x[2] = x[count + 7] = 0.0  # outside the range [5, count + 5)
+                if special is not None and count:
+                    x[5 + int(rng.integers(0, count))] = special
+            wide = x[5:count + 5].astype(np.float64)
+            want = 0 if dtype in ("int8", "uint8") else (
+                (HOLDS_ZERO if (wide == 0).any() else 0) | (HOLDS_NAN if np.isnan(wide).any()
+                                                            else 0))
+            assert _zeros_and_nans(dtypes.value_view(x), 5, count + 5) == want, (count, special)

@@ -68,7 +68,8 @@ from numba.extending import overload
 
 from . import helper
 from .folds import beats
-from .simd import fold_strided, fold_vectors
+from .simd import (HOLDS_NAN, HOLDS_ZERO, fold_lanes, fold_strided, fold_vectors,
+                   zeros_and_nans)
 from .half import HALF_BITS
 from .odometer import next_in_ranges, next_in_shape
 from .ordering import is_nan, order_key
@@ -558,15 +559,22 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
                                   cut_lo, lanes, empty_value, tap_at)
                     _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, cut_hi,
                                   out, lanes, empty_value, tap_at)
-            else:
-                _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, 0, out,
+            else:  # channels-last at a stride: the uncut outputs' runs of lanes in vectors
+                cut_lo, cut_hi = uncut_lo, max(uncut_lo, uncut_hi)
+                if cut_hi > cut_lo:
+                    fold_lanes(y_flat, to + cut_lo * lanes, src,
+                               e + first_last[cut_lo] * lanes, cut_hi - cut_lo, lanes,
+                               s * lanes, k, d * lanes)
+                else:
+                    cut_lo = cut_hi = out
+                _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, 0, cut_lo,
                               lanes, empty_value, tap_at)
+                _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, cut_hi,
+                              out, lanes, empty_value, tap_at)
             if rows > 1:
-                zeros = nans = False  # a sweep without branches: most rows hold neither
-                for i in range(out * lanes):
-                    v = y_flat[u(to + i)]
-                    zeros |= _is_zero(v)
-                    nans |= is_nan(v)
+                found = zeros_and_nans(y_flat, to, to + out * lanes)  # most rows hold neither
+                zeros = (found & HOLDS_ZERO) != 0
+                nans = (found & HOLDS_NAN) != 0
                 if zeros and not signed_zeros:
                     signed_zeros, scan_lo, scan_hi = _screen(
                         flat, scan_lo, scan_hi, row_at[0], row_at[rows - 1] + width)
@@ -720,11 +728,9 @@ def max_row_blocks(x, y, axes, taps, lead, setup, empty_value, start, stop):
                 one[0] = b * out_pitch
                 fold_vectors(y_flat, (g0 + b) * out, staged, one, 1, out)
         if folding:  # NaNs and zeros of folded rows found again in window order
-            zeros = nans = False
-            for i in range(g0 * out, g1 * out):
-                v = y_flat[u(i)]
-                zeros |= _is_zero(v)
-                nans |= is_nan(v)
+            found = zeros_and_nans(y_flat, g0 * out, g1 * out)
+            zeros = (found & HOLDS_ZERO) != 0
+            nans = (found & HOLDS_NAN) != 0
             # zeros only where the block's input holds a -0.0 (see max_rows)
             signed_zeros = zeros and _holds_negative_zero(flat, span_lo, span_hi)
             if nans or signed_zeros:
