@@ -213,3 +213,20 @@ def test_zeros_and_nans_finds_each_in_any_place(dtype):
                 (HOLDS_ZERO if (wide == 0).any() else 0) | (HOLDS_NAN if np.isnan(wide).any()
                                                             else 0))
             assert _zeros_and_nans(dtypes.value_view(x), 5, count + 5) == want, (count, special)
+
+
+def test_a_fold_past_the_array_raises_under_bounds_checking():
+    """Raw vector loads escape numba's bounds checks, so the intrinsics check themselves in
+    a bounds-checked build (the suite's NUMBA_BOUNDSCHECK=1 run): a source stream, a
+    destination and a strided stream one element past their arrays each raise IndexError."""
+    import numba
+    if not numba.config.BOUNDSCHECK:
+        pytest.skip("runs in the bounds-checked child (tests/test_fuzz_boundscheck.py)")
+    x = np.arange(40, dtype=np.float32)
+    with pytest.raises(IndexError):
+        _fold_vectors(np.zeros(40, np.float32), 0, x, np.array([0, 1], np.int64), 2, 40)
+    with pytest.raises(IndexError):
+        _fold_vectors(np.zeros(39, np.float32), 0, x, np.array([0], np.int64), 1, 40)
+    with pytest.raises(IndexError):  # the last output's last tap is x[2*19 + 2] = x[40]
+        _fold_strided(np.zeros(20, np.float32), 0, x, 0, 20, 2, 3, 1)
+    _fold_strided(np.zeros(20, np.float32), 0, x, 0, 20, 2, 2, 1)  # x[39] at most: fine
