@@ -288,21 +288,22 @@ def sum_vectors(typingctx, dst, to, src, starts, taps, count):
 
 
 @intrinsic
-def fold_lanes(typingctx, dst, to, src, at, outputs, lanes, step, taps, tap_step):
+def fold_lanes(typingctx, dst, to, src, at, outputs, lanes, step, starts, taps):
     """Channels-last outputs: ``dst[to + o*lanes + c]`` = the first maximum of ``src[at +
-    o*step + t*tap_step + c]`` over taps t < ``taps``, for o < ``outputs`` and c <
+    o*step + starts[t] + c]`` over taps t < ``taps`` in order, for o < ``outputs`` and c <
     ``lanes``: each output's run of lanes folded in vectors, one output after another."""
     if not _arrays_of(dst, src, _supported):
         return None
 
     def codegen(context, builder, signature, args):
-        dst_v, to_v, src_v, at_v, outputs_v, lanes_v, step_v, taps_v, tap_step_v = args
+        dst_v, to_v, src_v, at_v, outputs_v, lanes_v, step_v, starts_v, taps_v = args
+        starts_base = _pointer(context, builder, signature.args[7], starts_v)
         with cgutils.for_range(builder, outputs_v, intp=outputs_v.type) as loop:
             o = loop.index
             first = builder.add(at_v, builder.mul(o, step_v))
 
             def offsets(t, first=first):
-                return builder.add(first, builder.mul(t, tap_step_v))
+                return builder.add(first, builder.load(builder.gep(starts_base, [t])))
 
             _vector_folds(context, builder, signature.args[0], dst_v,
                           builder.add(to_v, builder.mul(o, lanes_v)), signature.args[2], src_v,
@@ -310,7 +311,7 @@ def fold_lanes(typingctx, dst, to, src, at, outputs, lanes, step, taps, tap_step
         return context.get_dummy_value()
 
     return (types.void(dst, types.int64, src, types.int64, types.int64, types.int64,
-                       types.int64, types.int64, types.int64), codegen)
+                       types.int64, starts, types.int64), codegen)
 
 
 # What :func:`zeros_and_nans` reports, as bits of its result.
