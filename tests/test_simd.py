@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from numba import njit
+from numba import literal_unroll, njit
 
 from poolfold import dtypes
 from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, fold_strided, fold_vectors,
@@ -28,15 +28,9 @@ def _fold_vectors(dst, to, src, starts, taps, count):
 
 @njit
 def _fold_strided(dst, to, src, at, count, stride, taps, dilation):
-    # the stride must reach the intrinsic as a literal
-    if stride == 1:
-        fold_strided(dst, to, src, at, count, 1, taps, dilation)
-    elif stride == 2:
-        fold_strided(dst, to, src, at, count, 2, taps, dilation)
-    elif stride == 3:
-        fold_strided(dst, to, src, at, count, 3, taps, dilation)
-    else:
-        fold_strided(dst, to, src, at, count, 4, taps, dilation)
+    for literal in literal_unroll((1, 2, 3, 4)):  # the stride as the literal it must be
+        if stride == literal:
+            fold_strided(dst, to, src, at, count, literal, taps, dilation)
 
 
 def values(dtype: str, size: int, seed: int) -> np.ndarray:
@@ -151,14 +145,9 @@ def test_folds_match_element_by_element(dtype, count, taps, stride, dilation, se
 
 @njit
 def _sum_strided(dst, to, src, at, count, stride, taps, dilation):
-    if stride == 1:
-        sum_strided(dst, to, src, at, count, 1, taps, dilation)
-    elif stride == 2:
-        sum_strided(dst, to, src, at, count, 2, taps, dilation)
-    elif stride == 3:
-        sum_strided(dst, to, src, at, count, 3, taps, dilation)
-    else:
-        sum_strided(dst, to, src, at, count, 4, taps, dilation)
+    for literal in literal_unroll((1, 2, 3, 4)):
+        if stride == literal:
+            sum_strided(dst, to, src, at, count, literal, taps, dilation)
 
 
 def expected_sums(x: np.ndarray, dst_size: int, to: int, at: int, count: int, stride: int,
