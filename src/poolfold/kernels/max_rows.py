@@ -130,8 +130,8 @@ def _cut_window(dst, to, src, at, taps, d, empty_value):
 
 # The most taps of a channels-last window at a stride read straight from the input rows:
 # 4 loads an output for 2x2 where folding the rows first takes 6, and 3 stores (measured,
-# one thread: 2x2 at stride 2 over (8,112,112,24) 0.78 -> 0.45 ms, 3x3 at stride 2 over
-# (8,55,55,64) 0.44 -> 0.36).
+# one thread, the new time over the old: 2x2 at stride 2 over (8,112,112,24) 0.58-0.62,
+# 3x3 at stride 2 over (8,55,55,64) 0.80-0.82).
 LANE_TAPS = 9
 
 
@@ -315,7 +315,8 @@ def _in_window_order(dst, to, src, row_at, rows, first, lo, hi, d, out, lanes, s
 
 
 @njit(inline="always")
-def _reduce_lanes(dst, to, src, e, first, lo, hi, d, o_lo, o_hi, lanes, empty_value, tap_at):
+def _reduce_lanes(dst, to, src, e, first, lo, hi, d, o_lo, o_hi, lanes, empty_value,
+                  lane_taps):
     """Outputs ``[o_lo, o_hi)`` of an output row of a channels-last sample: ``lanes``
     contiguous elements a position (the channels), output o's lanes
     ``dst[to + o*lanes:][:lanes]`` folding its in-bounds taps' runs of lanes, a vectorised
@@ -329,8 +330,8 @@ def _reduce_lanes(dst, to, src, e, first, lo, hi, d, o_lo, o_hi, lanes, empty_va
                 dst[u(where + c)] = empty_value
             continue
         for t in range(taps):
-            tap_at[t] = e + (first[o] + (lo[o] + t) * d) * lanes
-        fold_vectors(dst, where, src, tap_at, taps, lanes)
+            lane_taps[t] = e + (first[o] + (lo[o] + t) * d) * lanes
+        fold_vectors(dst, where, src, lane_taps, taps, lanes)
 
 
 @helper
@@ -440,11 +441,8 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
     row_at = np.empty(max(setup[MOST_ROWS], 1), np.int64)  # where each of those rows starts
     ladder = np.empty(setup[LADDER_SIZE], x.dtype)  # long last-axis windows' scratch, or none
     edge_scans = setup[EDGE_SCANS] == 1
-    # where a channels-last output's in-bounds taps start: no more than the row holds
-    tap_at = np.empty(max(min(axes[KERNEL, last], axes[IN, last]) if lanes > 1 else 0, 1),
-                      np.int64)
-    # channels-last at a stride: where each tap of an output starts, from its first element
-    # (the taps of a direct output, or of the folded row's uncut outputs)
+    # where each tap of a channels-last output starts: a row's in-bounds taps (no more than
+    # the row holds), or a direct output's taps (at most LANE_TAPS, see below)
     lanes_direct = lanes > 1 and axes[STRIDE, last] > 1
     lane_taps = np.empty(max(LANE_TAPS, min(axes[KERNEL, last], axes[IN, last])) if lanes > 1
                          else 1, np.int64)
@@ -571,9 +569,9 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
                                     hi_last[cut] - lo_last[cut], d, empty_value)
                 elif not scanned:
                     _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, 0,
-                                  cut_lo, lanes, empty_value, tap_at)
+                                  cut_lo, lanes, empty_value, lane_taps)
                     _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, cut_hi,
-                                  out, lanes, empty_value, tap_at)
+                                  out, lanes, empty_value, lane_taps)
             elif direct:  # channels-last: each output's taps in window order
                 for cut in range(out):  # the cut outputs one by one, their in-bounds taps
                     if uncut_lo <= cut < uncut_hi:
@@ -607,9 +605,9 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
                 else:
                     cut_lo = cut_hi = out
                 _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, 0, cut_lo,
-                              lanes, empty_value, tap_at)
+                              lanes, empty_value, lane_taps)
                 _reduce_lanes(y_flat, to, src, e, first_last, lo_last, hi_last, d, cut_hi,
-                              out, lanes, empty_value, tap_at)
+                              out, lanes, empty_value, lane_taps)
             if rows > 1 and not direct:  # (a direct row folded its taps in window order)
                 found = zeros_and_nans(y_flat, to, to + out * lanes)  # most rows hold neither
                 zeros = (found & HOLDS_ZERO) != 0

@@ -248,17 +248,17 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
                 sum_strided(sums, o0, acc, t0, uncut, 4, k, d)
             else:
                 for j in range(k):
-                    t0 = np.uint64((first[u0] + j * d) * channels)
+                    tap0 = np.uint64((first[u0] + j * d) * channels)
                     if channels == 1:
                         if j == 0:
                             for i in range(uncut):
-                                sums[o0 + i] = acc[t0 + i * s]
+                                sums[o0 + i] = acc[tap0 + i * s]
                         else:
                             for i in range(uncut):
-                                sums[o0 + i] += acc[t0 + i * s]
+                                sums[o0 + i] += acc[tap0 + i * s]
                     else:  # runs of channels, strided
                         for u in range(uncut):
-                            src = t0 + u * s * width
+                            src = tap0 + u * s * width
                             dst = o0 + u * width
                             if j == 0:
                                 for c in range(width):
