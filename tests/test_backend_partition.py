@@ -456,12 +456,28 @@ def test_bench_models_rows_and_table():
                    for implementation in ("onnxruntime",
                                           "poolfold.backend (other ops: onnxruntime)"))
     assert segnet[1] == f"{ort.median_ms:.3g}"
-    assert segnet[2] == f"{pf_all.median_ms:.3g} (**{pf_all.median_ms / ort.median_ms:.2f}x**)"
+    paired = backend_bench.ratio(pf_all, ort)
+    assert segnet[2] == f"{pf_all.median_ms:.3g} (**{paired:.2f}x**)"
+    assert len(pf_all.block_ms) == len(ort.block_ms) == backend_bench.ROUNDS
     assert len(segnet[4].split(" / ")) == 3  # a prepare time for each implementation
     assert lines["conv-pool4d-conv"].split(" | ")[4].startswith("- / ")  # none: refused
     assert lines["conv-pool4d-conv"].split(" | ")[1] == "cannot run it"
     assert "- conv-pool4d-conv, onnxruntime: cannot run it:" in page
     assert "`poolfold bench --models` on 2026-01-01" in page and "[0.4, 0.5, 0.6] at the end" in page
+
+
+def test_bench_models_ratio_pairs_each_round_with_onnxruntimes():
+    """A route's ratio is the median of its blocks over onnxruntime's blocks of the same
+    rounds, so that a slow stretch of the host that falls on both cancels out."""
+    from poolfold.bench.models import Row, ratio
+
+    ort = Row("m", "onnxruntime", 2.0, 3, block_ms=[1.0, 2.0, 6.0])
+    route = Row("m", "poolfold", 2.0, 3, block_ms=[1.1, 2.2, 3.0])
+    # per round 1.1, 1.1, 0.5: the median 1.1, where the medians' ratio is 1.0
+    assert ratio(route, ort) == pytest.approx(1.1)
+    assert ratio(Row("m", "poolfold", 3.0, 1), ort) == pytest.approx(1.5)  # unpaired
+    assert ratio(Row("m", "poolfold", None, 0), ort) is None
+    assert ratio(route, None) is None
 
 
 def test_poolfold_threads_are_parked_before_each_stretch(monkeypatch):

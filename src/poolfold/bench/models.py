@@ -6,8 +6,12 @@ stops at 3-D) and a Relu and Conv after it, which onnxruntime refuses; and, wher
 installed (or the models were exported before), the zoo of :mod:`poolfold.bench.zoo`: resnet18,
 googlenet, squeezenet1_0, vgg11 and an Unfold -> Fold model, exported into a cache folder.
 Each implementation is timed in blocks of its own, a warm-up then ``repeat`` runs, the
-implementations' blocks in turn for three rounds, the median of its blocks' medians kept; its
-``prepare`` (or session creation) is timed once.  onnxruntime runs at its default
+implementations' blocks in turn for seven rounds, the median of its blocks' medians kept; its
+``prepare`` (or session creation) is timed once.  A route's ratio to onnxruntime is the median
+over the rounds of its block's time over onnxruntime's block of the same round: this host's
+speed drifts by tens of percent within a minute, which a ratio of two medians taken over
+different minutes carries whole (three rounds of one model's "needed" route, a single
+onnxruntime session like onnxruntime alone, gave 1.46x).  onnxruntime runs at its default
 session options; ``poolfold.backend`` at its defaults (its other nodes on onnxruntime) with
 ``poolfold_nodes="all"`` and ``"needed"``, and, for the two small models unless
 ``reference=False``, with ``other_ops="reference"`` (every other node on onnx's
@@ -20,7 +24,7 @@ ReferenceEvaluator) for comparison.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -36,6 +40,7 @@ class Row:
     runs: int
     note: str = ""
     prepare_s: float | None = None  # prepare(), or onnxruntime's session creation
+    block_ms: list = field(default_factory=list)  # each round's block median, in order
 
 
 def bundled_model() -> tuple[onnx.ModelProto, dict]:
@@ -108,8 +113,14 @@ def _first_line(error: BaseException, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def run(repeat: int = 30, warmup: int = 5, reference: bool = True,
-        zoo: bool = True, rounds: int = 3) -> list[Row]:
+# Rounds of one block per implementation: more, shorter blocks follow a drifting host
+# closer than a few long ones (see the module's docstring).
+ROUNDS = 7
+BLOCK_RUNS = 15
+
+
+def run(repeat: int = BLOCK_RUNS, warmup: int = 5, reference: bool = True,
+        zoo: bool = True, rounds: int = ROUNDS) -> list[Row]:
     """Time every model of :data:`MODELS` and, with ``zoo``, of :func:`zoo_models` (see the
     module's docstring): ``rounds`` blocks of ``repeat`` runs per implementation, in turn,
     the median of the blocks' medians kept; rows in table order."""
@@ -171,20 +182,32 @@ def run(repeat: int = 30, warmup: int = 5, reference: bool = True,
                 blocks[i].append(_median_ms(call, warmup, runs))
         for i, (row, _, _) in enumerate(ready):
             row.median_ms = float(np.median(blocks[i]))
+            row.block_ms = [float(b) for b in blocks[i]]
             rows.append(row)
     return rows
 
 
+def ratio(row: Row, base: Row | None) -> float | None:
+    """``row``'s time over onnxruntime's (``base``): the median over the rounds of the ratio
+    of their blocks in the same round (the ratio of the medians where the blocks are not
+    paired); None where either did not run."""
+    if row.median_ms is None or base is None or not base.median_ms:
+        return None
+    if row.block_ms and len(row.block_ms) == len(base.block_ms):
+        return float(np.median([a / b for a, b in zip(row.block_ms, base.block_ms)]))
+    return row.median_ms / base.median_ms
+
+
 def format_rows(rows: list[Row]) -> str:
     """A table: model, implementation, median ms, and the ratio to onnxruntime alone."""
-    baseline = {r.model: r.median_ms for r in rows if r.implementation == "onnxruntime"}
+    baseline = {r.model: r for r in rows if r.implementation == "onnxruntime"}
     header = ["model", "implementation", "median ms", "vs onnxruntime", "prepare s", "runs"]
     lines = []
     for row in rows:
-        base = baseline.get(row.model)
-        ratio = (f"{row.median_ms / base:.2f}x" if row.median_ms is not None and base else "-")
+        times = ratio(row, baseline.get(row.model))
         lines.append([row.model, row.implementation,
-                      "-" if row.median_ms is None else f"{row.median_ms:.3f}", ratio,
+                      "-" if row.median_ms is None else f"{row.median_ms:.3f}",
+                      "-" if times is None else f"{times:.2f}x",
                       "-" if row.prepare_s is None else f"{row.prepare_s:.2f}", str(row.runs)])
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(header)]
     text = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
@@ -230,24 +253,27 @@ def markdown(result: list[dict], meta: dict, command: str) -> str:
                 notes.append(f"{model}, {implementation}: {row.note}")
                 continue
             cell = f"{row.median_ms:.3g}"
-            if implementation != "onnxruntime" and base is not None and base.median_ms:
-                cell += f" (**{row.median_ms / base.median_ms:.2f}x**)"
+            times = ratio(row, base)
+            if implementation != "onnxruntime" and times is not None:
+                cell += f" (**{times:.2f}x**)"
             cells.append(cell)
             prepares.append("-" if row.prepare_s is None else f"{row.prepare_s:.2f}")
         lines.append("| " + " | ".join(cells + [" / ".join(prepares)]) + " |")
     lines += [""] + [f"- {note}" for note in notes] + ([""] if notes else []) + [
         f"`{command}` on {meta['date']}: {machine_text(meta)}; {versions_text(meta)}. "
         "Each implementation prepared once (`prepare s`: onnxruntime's session creation, then "
-        "each poolfold route's `prepare`, in the columns' order) and run once; then three "
-        "rounds of one block each, in turn, each block at least 30 runs after a warm-up and a "
-        "pause; the median of the blocks' medians, in milliseconds; in brackets, the ratio to "
-        f"onnxruntime alone. {load_text(meta)}"]
+        "each poolfold route's `prepare`, in the columns' order) and run once; then seven "
+        "rounds of one block each, in turn, each block at least 15 runs after a warm-up and a "
+        "pause; the median of the blocks' medians, in milliseconds; in brackets, the median "
+        "over the rounds of the block's time over onnxruntime's block of the same round. "
+        f"{load_text(meta)}"]
     return "\n".join(lines)
 
 
 def measure(args) -> list[dict]:
-    """``poolfold bench --models``: :func:`run` with at least 30 runs per implementation."""
-    return [asdict(row) for row in run(max(args.repeat, 30))]
+    """``poolfold bench --models``: :func:`run` with at least :data:`BLOCK_RUNS` runs a
+    block."""
+    return [asdict(row) for row in run(max(args.repeat, BLOCK_RUNS))]
 
 
 def summary(result: list[dict]) -> str:
