@@ -480,6 +480,28 @@ def test_bench_models_ratio_pairs_each_round_with_onnxruntimes():
     assert ratio(route, None) is None
 
 
+def test_bench_models_rounds_start_one_implementation_further_on(monkeypatch):
+    """No implementation's blocks always follow the same other implementation's."""
+    from poolfold.bench import models as backend_bench
+
+    monkeypatch.setattr(backend_bench, "MODELS",
+                        {"segnet (bundled)": backend_bench.MODELS["segnet (bundled)"]})
+    monkeypatch.setattr(backend_bench.time, "sleep", lambda seconds: None)
+    order = []
+    calls = {}
+
+    def timed(call, warmup, runs):
+        order.append(calls.setdefault(call, len(calls)))
+        return 1.0 + len(order)
+
+    monkeypatch.setattr(backend_bench, "_median_ms", timed)
+    rows = backend_bench.run(repeat=1, warmup=0, reference=False, zoo=False, rounds=4)
+    n = len(calls)
+    assert n == 3  # onnxruntime and the two routes
+    assert order == [(r + k) % n for r in range(4) for k in range(n)]
+    assert [len(r.block_ms) for r in rows] == [4] * n
+
+
 def test_poolfold_threads_are_parked_before_each_stretch(monkeypatch):
     """poolfold's idle threads stop spinning before each stretch runs, not after their spin:
     spinning on, they took half of onnxruntime's cores."""

@@ -6,8 +6,9 @@ stops at 3-D) and a Relu and Conv after it, which onnxruntime refuses; and, wher
 installed (or the models were exported before), the zoo of :mod:`poolfold.bench.zoo`: resnet18,
 googlenet, squeezenet1_0, vgg11 and an Unfold -> Fold model, exported into a cache folder.
 Each implementation is timed in blocks of its own, a warm-up then ``repeat`` runs, the
-implementations' blocks in turn for seven rounds, the median of its blocks' medians kept; its
-``prepare`` (or session creation) is timed once.  A route's ratio to onnxruntime is the median
+implementations' blocks in turn for seven rounds (each round starting one implementation
+further on), the median of its blocks' medians kept; its ``prepare`` (or session creation)
+is timed once.  A route's ratio to onnxruntime is the median
 over the rounds of its block's time over onnxruntime's block of the same round: this host's
 speed drifts by tens of percent within a minute, which a ratio of two medians taken over
 different minutes carries whole (three rounds of one model's "needed" route, a single
@@ -176,8 +177,12 @@ def run(repeat: int = BLOCK_RUNS, warmup: int = 5, reference: bool = True,
         # Rounds of one block per implementation, in turn: a machine whose speed drifts
         # over the minutes a model takes moves every implementation's blocks alike.
         blocks: dict[int, list[float]] = {i: [] for i in range(len(ready))}
-        for _ in range(rounds):
-            for i, (_, call, runs) in enumerate(ready):
+        # Each round starts one implementation further on, so that none always follows the
+        # same one (the reference evaluator's blocks, say, or another model's last).
+        for r in range(rounds):
+            for k in range(len(ready)):
+                i = (r + k) % len(ready)
+                _, call, runs = ready[i]
                 time.sleep(0.5)  # a pause between blocks: the last one's threads settle
                 blocks[i].append(_median_ms(call, warmup, runs))
         for i, (row, _, _) in enumerate(ready):
@@ -263,9 +268,10 @@ def markdown(result: list[dict], meta: dict, command: str) -> str:
         f"`{command}` on {meta['date']}: {machine_text(meta)}; {versions_text(meta)}. "
         "Each implementation prepared once (`prepare s`: onnxruntime's session creation, then "
         "each poolfold route's `prepare`, in the columns' order) and run once; then seven "
-        "rounds of one block each, in turn, each block at least 15 runs after a warm-up and a "
-        "pause; the median of the blocks' medians, in milliseconds; in brackets, the median "
-        "over the rounds of the block's time over onnxruntime's block of the same round. "
+        "rounds of one block each, in turn (each round starting one implementation further "
+        "on), each block at least 15 runs after a warm-up and a pause; the median of the "
+        "blocks' medians, in milliseconds; in brackets, the median over the rounds of the "
+        "block's time over onnxruntime's block of the same round. "
         f"{load_text(meta)}"]
     return "\n".join(lines)
 
