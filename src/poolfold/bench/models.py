@@ -8,11 +8,12 @@ googlenet, squeezenet1_0, vgg11 and an Unfold -> Fold model, exported into a cac
 Each implementation is timed in blocks of its own, a warm-up then ``repeat`` runs, the
 implementations' blocks in turn for seven rounds (each round starting one implementation
 further on), the median of its blocks' medians kept; its ``prepare`` (or session creation)
-is timed once.  A route's ratio to onnxruntime is the median
-over the rounds of its block's time over onnxruntime's block of the same round: this host's
-speed drifts by tens of percent within a minute, which a ratio of two medians taken over
-different minutes carries whole (three rounds of one model's "needed" route, a single
-onnxruntime session like onnxruntime alone, gave 1.46x).  onnxruntime runs at its default
+is timed once.  A route's ratio to onnxruntime is the median over the rounds of its block's
+time over onnxruntime's block of the same round: this host's speed drifts by tens of percent
+within a minute, which a ratio of two medians taken over different minutes carries whole
+(three rounds of one model's "needed" route, a single onnxruntime session like onnxruntime
+alone, gave 1.46x).  Faster noise remains: two runs can still differ by tens of percent in
+a model's ratio.  onnxruntime runs at its default
 session options; ``poolfold.backend`` at its defaults (its other nodes on onnxruntime) with
 ``poolfold_nodes="all"`` and ``"needed"``, and, for the two small models unless
 ``reference=False``, with ``other_ops="reference"`` (every other node on onnx's
