@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from numba import literal_unroll, njit
 
 from poolfold import dtypes
-from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, fold_strided, fold_vectors,
+from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, UNROLL, fold_strided, fold_vectors,
                                   sum_strided, zeros_and_nans)
 
 TYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8")
@@ -87,35 +87,42 @@ def run_fold_strided(x, dst_size, to, at, count, stride, taps, dilation) -> byte
     return dst.view(np.uint8).tobytes()
 
 
-# every ragged end of every width: 0, 1, below a vector of 1-byte types, around a whole
-# vector of each type, and several vectors and a bit
-COUNTS = (0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 131)
+# every ragged end of every width a host may give a type (4 to 64 lanes): folds shorter
+# than a vector, around a whole vector, each count of vectors left after the unrolled blocks
+# (1 to UNROLL, the last one ragged), and around a whole block
+COUNTS = tuple(sorted({0, 1, 2, 3, 5, 7} | {
+    count for lanes in (4, 8, 16, 32, 64) for count in (
+        lanes - 1, lanes, lanes + 1, 2 * lanes + 1, 3 * lanes + lanes // 2,
+        UNROLL * lanes - 1, UNROLL * lanes, UNROLL * lanes + 1,
+        UNROLL * lanes + 3 * lanes + 3)}))
+MOST = COUNTS[-1]
 
 
 @pytest.mark.parametrize("dtype", TYPES)
 @pytest.mark.parametrize("taps", [1, 2, 3, 5])
 def test_fold_vectors_keeps_the_first_maximum(dtype, taps):
-    x = values(dtype, 600, seed=taps)
+    x = values(dtype, 300 + MOST, seed=taps)
     rng = np.random.default_rng(taps)
     for count in COUNTS:
         starts = sorted(rng.choice(300, taps, replace=False).tolist())
         to = int(rng.integers(0, 5))
-        got = run_fold_vectors(x, 140, to, starts, count)
-        assert got == expected(x, 140, to, starts, count, 1), (dtype, taps, count, starts)
+        got = run_fold_vectors(x, MOST + 5, to, starts, count)
+        assert got == expected(x, MOST + 5, to, starts, count, 1), (dtype, taps, count,
+                                                                    starts)
 
 
 @pytest.mark.parametrize("dtype", TYPES)
 @pytest.mark.parametrize("stride", [1, 2, 3, 4])
 def test_fold_strided_keeps_the_first_maximum(dtype, stride):
-    x = values(dtype, 900, seed=stride)
+    x = values(dtype, 4 * MOST + 40, seed=stride)
     rng = np.random.default_rng(stride)
     for count in COUNTS:
         for taps, dilation in ((1, 1), (2, 1), (3, 1), (3, 2), (5, 3)):
             at = int(rng.integers(0, 20))
             to = int(rng.integers(0, 5))
             starts = [at + t * dilation for t in range(taps)]
-            got = run_fold_strided(x, 140, to, at, count, stride, taps, dilation)
-            assert got == expected(x, 140, to, starts, count, stride), (
+            got = run_fold_strided(x, MOST + 5, to, at, count, stride, taps, dilation)
+            assert got == expected(x, MOST + 5, to, starts, count, stride), (
                 dtype, stride, count, taps, dilation)
 
 
@@ -131,7 +138,7 @@ def test_strided_fold_reads_nothing_past_its_last_tap():
 
 
 @settings(max_examples=60, deadline=None)
-@given(dtype=st.sampled_from(TYPES), count=st.integers(0, 150), taps=st.integers(1, 7),
+@given(dtype=st.sampled_from(TYPES), count=st.integers(0, 600), taps=st.integers(1, 7),
        stride=st.integers(1, 4), dilation=st.integers(1, 3), seed=st.integers(0, 2**16))
 def test_folds_match_element_by_element(dtype, count, taps, stride, dilation, seed):
     size = max(count - 1, 0) * stride + (taps - 1) * dilation + 1 + 8
@@ -168,14 +175,15 @@ def test_sum_strided_adds_left_to_right(dtype, stride):
     """The sums keep the order of a loop per tap, bit for bit: values of very different
     sizes make any other order round differently."""
     rng = np.random.default_rng(stride)
-    x = (rng.standard_normal(900) * 10.0 ** rng.integers(-8, 9, 900)).astype(dtype)
-    x[rng.random(900) < 0.02] = np.inf
+    size = 4 * MOST + 40
+    x = (rng.standard_normal(size) * 10.0 ** rng.integers(-8, 9, size)).astype(dtype)
+    x[rng.random(size) < 0.02] = np.inf
     for count in COUNTS:
         for taps, dilation in ((1, 1), (2, 1), (3, 1), (3, 2), (5, 3), (7, 1)):
             at, to = int(rng.integers(0, 20)), int(rng.integers(0, 5))
-            dst = np.zeros(140, dtype)
+            dst = np.zeros(MOST + 5, dtype)
             _sum_strided(dst, to, x, at, count, stride, taps, dilation)
-            assert dst.tobytes() == expected_sums(x, 140, to, at, count, stride, taps,
+            assert dst.tobytes() == expected_sums(x, MOST + 5, to, at, count, stride, taps,
                                                   dilation), (dtype, stride, count, taps)
 
 
@@ -189,7 +197,7 @@ def test_zeros_and_nans_finds_each_in_any_place(dtype):
     """A zero of either sign or a NaN anywhere in the range, in a whole vector or the
     scalar tail, and nothing outside it; never for integer types."""
     rng = np.random.default_rng(7)
-    for count in (0, 1, 7, 8, 9, 31, 32, 33, 100):
+    for count in (0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100):
         for special in (None, 0.0, -0.0, np.nan):
             x = (rng.standard_normal(count + 10) + 8).astype(
                 ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
