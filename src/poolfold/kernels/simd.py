@@ -18,8 +18,8 @@ the vectors left after the last group of four side by side too, the last of them
 the fold's end and overlapping the one before it (recomputing an element gives the same
 element); a fold shorter than a vector as two narrower vectors that overlap.  They keep
 the first maximum in window order, or the first NaN, as :func:`poolfold.kernels.folds.beats`
-does, for every type the kernels pool: float16 and bfloat16 bits are compared as the float32 of the same value and stored as they
-came.  Measured against the loops they replace (one thread, the same process, the new time
+does, for every type the kernels pool: float16 and bfloat16 bits are compared as the
+float32 of the same value and stored as they came.  Measured against the loops they replace (one thread, the same process, the new time
 over the old over two or three runs): float32 3x3 at stride 2 over (8,24,55,55) 0.72-0.92,
 5x5 at stride 3 over (4,16,128,128) 0.79-0.88, 7x7 at stride 1 channels-last over
 (4,256,256,16) 0.78-0.90; and the row kernels compiled in 5.5 s where they took 8.9.
