@@ -16,16 +16,16 @@ vectors of one register of the host's widest (:func:`_lanes`: 16 float32 with AV
 with AVX2), four side by side, every tap of a vector folded in a register, then one store;
 the vectors left after the last group of four side by side too, the last of them ending at
 the fold's end and overlapping the one before it (recomputing an element gives the same
-element); a fold shorter than a vector as two narrower vectors that overlap.  They keep
-the first maximum in window order, or the first NaN, as :func:`poolfold.kernels.folds.beats`
-does, for every type the kernels pool: float16 and bfloat16 bits are compared as the
-float32 of the same value and stored as they came.  Measured against the loops they replace (one thread, the same process, the new time
-over the old over two or three runs): float32 3x3 at stride 2 over (8,24,55,55) 0.72-0.92,
-5x5 at stride 3 over (4,16,128,128) 0.79-0.88, 7x7 at stride 1 channels-last over
-(4,256,256,16) 0.78-0.90; and the row kernels compiled in 5.5 s where they took 8.9.
-Widening the vectors from AVX2's 32 bytes to AVX-512's 64 on a host that has it, and
-folding the last vectors side by side where they went one at a time, took MaxPool to
-0.66-0.88 of the time over 2-D and 3-D windows of 3 to 15 (3x3 at stride 2 over
+element); a fold shorter than a vector as two narrower vectors that overlap.  They keep the
+first maximum in window order, or the first NaN, as :func:`poolfold.kernels.folds.beats`
+does, for every type the kernels pool: float16 and bfloat16 bits are compared as the float32
+of the same value and stored as they came.  Measured against the loops they replace (one
+thread, the same process, the new time over the old over two or three runs): float32 3x3 at
+stride 2 over (8,24,55,55) 0.72-0.92, 5x5 at stride 3 over (4,16,128,128) 0.79-0.88, 7x7 at
+stride 1 channels-last over (4,256,256,16) 0.78-0.90; and the row kernels compiled in 5.5 s
+where they took 8.9.  Widening the vectors from AVX2's 32 bytes to AVX-512's 64 on a host
+that has it, and folding the last vectors side by side where they went one at a time, took
+MaxPool to 0.66-0.88 of the time over 2-D and 3-D windows of 3 to 15 (3x3 at stride 2 over
 (1,64,56,56) 0.82, 7x7 at stride 1 0.66), int8 and float64 to 0.76-0.82, channels-last to
 0.71-0.94 and AveragePool to 0.92-1.03 (measured in one process against the build before).
 
@@ -44,6 +44,7 @@ from numba.core import cgutils, config
 from numba.extending import intrinsic
 
 from .half import HALF_BITS
+
 
 def _host_register_bytes() -> int:
     """64 where numba compiles for a host with AVX-512 registers, else 32 (an AVX2
