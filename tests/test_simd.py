@@ -227,3 +227,21 @@ def test_a_fold_past_the_array_raises_under_bounds_checking():
     with pytest.raises(IndexError):  # the last output's last tap is x[2*19 + 2] = x[40]
         _fold_strided(np.zeros(20, np.float32), 0, x, 0, 20, 2, 3, 1)
     _fold_strided(np.zeros(20, np.float32), 0, x, 0, 20, 2, 2, 1)  # x[39] at most: fine
+
+
+def test_vectors_hold_a_register_of_the_host_and_halves_sixteen(monkeypatch):
+    """A fold's vector is one register of the widest the host has (64 bytes with AVX-512, 32
+    otherwise, or where numba compiles for a named CPU); float16 and bfloat16, whose keys
+    widen to float32, keep 16 lanes whatever the host."""
+    from numba import types
+    from numba.core import config
+
+    from poolfold.kernels import simd
+    monkeypatch.setattr(config, "CPU_NAME", "generic")
+    assert simd._host_register_bytes() == 32
+    register = simd.REGISTER_BYTES
+    assert register in (32, 64)
+    assert simd._lanes(types.float32) == register // 4
+    assert simd._lanes(types.float64) == register // 8
+    assert simd._lanes(types.int8) == register
+    assert simd._lanes(types.uint16) == simd._lanes(types.int16) == 16  # the half types' bits

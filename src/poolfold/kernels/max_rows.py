@@ -13,11 +13,11 @@ in two steps:
    is element ``i*s + t*d``, a stream at the stride, folded in explicit vectors
    (:func:`poolfold.kernels.simd.fold_strided`: each tap's elements loaded consecutively and
    picked by a shuffle), strides 1 to 4 each compiled for their own literal; other strides
-   share one scalar loop, which LLVM vectorises by gathers.  The 3-tap window at stride 1
-   keeps a loop LLVM vectorises by itself (:func:`_stride_loop`), which reads its taps'
-   overlapping streams as one and was faster (float32 rows of 56: 0.29 against 0.37 ns an
-   output).  Windows of 8 taps and more go by a ladder of runs
-   (:func:`_ladder`), whose passes do not grow with the window.  A channels-last row at
+   share one scalar loop (:func:`_stride_loop`), which LLVM vectorises by gathers.  (The
+   3-tap window at stride 1 kept a loop of its own, which LLVM vectorised by itself, until
+   the vector folds grew to a 512-bit register; since, the two ran alike.)  Windows of 8
+   taps and more go by a ladder of runs (:func:`_ladder`), whose passes do not grow with
+   the window.  A channels-last row at
    stride 1 is one such stream too (lane c of output i is element ``i*C + c``, its tap t
    ``t*d*C`` further on); at other strides, and for windows the padding cuts, each output
    folds its taps' runs of C channels (:func:`_reduce_lanes`).
@@ -90,8 +90,8 @@ def _stride_loop(dst, to, src, e, count, s, k, d):
     """``dst[to + i]`` = the first maximum of ``src[e + i*s + t*d]`` over taps t < k, for i
     below ``count``: the first three taps in one sweep, then two a sweep (the store always
     mixes a tap in: see :mod:`poolfold.kernels.folds` on conditional stores).  Inlined, so
-    that literals reach LLVM as constants: the kernels call it for the 3-tap window at
-    stride 1, and for strides above 4 (which :func:`fold_strided` has no literal for)."""
+    that literals reach LLVM as constants: the kernels call it for strides above 4 (which
+    :func:`fold_strided` has no literal for)."""
     u = np.uint64
     b = min(1, k - 1) * d
     c = min(2, k - 1) * d
@@ -535,17 +535,9 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
                 if count > 0 and not laddered:
                     at = e + first_last[uncut_lo] * lanes
                     where = to + uncut_lo * lanes
-                    # A loop per stride LLVM is told as a constant.  At strides 1 and 2 the
-                    # common 3-tap window gets one of its own: with the taps' offsets known,
-                    # LLVM reads them in one interleaved group rather than a group per tap
-                    # (measured, 3x3 at stride 2 over (8,24,55,55): 0.18 against 0.23 ms; a
-                    # loop for 2 taps as well cost more compile time than it gained).
+                    # A loop per stride LLVM is told as a constant.
                     if s == 1:
-                        if d == 1 and k == 3 and lanes == 1:
-                            _stride_loop(y_flat, where, src, at, count, 1, 3, 1)
-                        else:
-                            fold_strided(y_flat, where, src, at, count * lanes, 1, k,
-                                         d * lanes)
+                        fold_strided(y_flat, where, src, at, count * lanes, 1, k, d * lanes)
                     elif s == 2:
                         fold_strided(y_flat, where, src, at, count, 2, k, d)
                     elif s == 3:
@@ -748,10 +740,7 @@ def max_row_blocks(x, y, axes, taps, lead, setup, empty_value, start, stop):
         count = (g1 - g0 - 1) * out_pitch + out
         # a loop per stride LLVM is told as a constant, as in max_rows
         if s == 1:
-            if d == 1 and k == 3:
-                _stride_loop(dst, where, folded, 0, count, 1, 3, 1)
-            else:
-                fold_strided(dst, where, folded, 0, count, 1, k, d)
+            fold_strided(dst, where, folded, 0, count, 1, k, d)
         elif s == 2:
             fold_strided(dst, where, folded, 0, count, 2, k, d)
         elif s == 3:
