@@ -5,14 +5,47 @@ Kernels get such tensors as views of their bits, told apart by type (see
 :func:`as_float32` widens the bits to the float32 of the same value, exactly, in registers:
 float16 by the CPU's half conversion (vectorised with F16C), bfloat16 by a shift, since it
 is float32's top half.
+
+Where the target has no half conversion instructions (no F16C: numba compiling for a named
+generic CPU, ``NUMBA_CPU_NAME=generic``, or an old processor), LLVM lowers them to library
+calls, ``__extendhfsf2`` and ``__truncsfhf2``, which numba's JIT does not link: the first
+float16 pool aborted the process ("LLVM ERROR: Symbol not found").  So this module hands
+LLVM the C runtime's own (:func:`_link_half_conversions`) before anything is compiled.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+
 import numpy as np
-from llvmlite import ir
+from llvmlite import binding, ir
 from numba import types
 from numba.extending import intrinsic, overload
+
+# The library calls LLVM makes for half conversions on targets without F16C.
+HALF_CONVERSIONS = ("__extendhfsf2", "__truncsfhf2", "__truncdfhf2")
+
+
+def _link_half_conversions() -> None:
+    """Make each of HALF_CONVERSIONS that LLVM's JIT cannot find resolve to the C runtime's:
+    libgcc_s holds them from GCC 12 on, with LLVM's calling convention for half (in a vector
+    register).  Where the runtime lacks them, nothing is added, and float16 stays usable
+    only on targets with F16C, as before."""
+    missing = [name for name in HALF_CONVERSIONS if binding.address_of_symbol(name) is None]
+    if not missing:
+        return
+    try:
+        runtime = ctypes.CDLL(ctypes.util.find_library("gcc_s") or "libgcc_s.so.1")
+    except OSError:
+        return
+    for name in missing:
+        function = getattr(runtime, name, None)
+        if function is not None:
+            binding.add_symbol(name, ctypes.cast(function, ctypes.c_void_p).value)
+
+
+_link_half_conversions()
 
 
 @intrinsic
