@@ -16,7 +16,6 @@ LLVM the C runtime's own (:func:`_link_half_conversions`) before anything is com
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 import numpy as np
 from llvmlite import binding, ir
@@ -36,7 +35,8 @@ def _link_half_conversions() -> None:
     if not missing:
         return
     try:
-        runtime = ctypes.CDLL(ctypes.util.find_library("gcc_s") or "libgcc_s.so.1")
+        # by its soname: ctypes.util.find_library may run a compiler or ldconfig to look
+        runtime = ctypes.CDLL("libgcc_s.so.1")
     except OSError:
         return
     for name in missing:
