@@ -6,6 +6,7 @@ turns the conversions into library calls that poolfold links to the C runtime's.
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -57,7 +58,6 @@ def test_half_conversions_match_numpy():
 def test_half_conversions_on_a_target_without_f16c(tmp_path):
     """numba told to compile for a generic x86-64 (no F16C): before poolfold linked the
     runtime's conversions, the first float16 kernel aborted the process."""
-    import platform
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("the generic target without F16C is x86-64's")
     env = dict(os.environ, NUMBA_CPU_NAME="generic", NUMBA_CACHE_DIR=str(tmp_path))

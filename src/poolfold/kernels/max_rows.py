@@ -13,14 +13,12 @@ in two steps:
    is element ``i*s + t*d``, a stream at the stride, folded in explicit vectors
    (:func:`poolfold.kernels.simd.fold_strided`: each tap's elements loaded consecutively and
    picked by a shuffle), strides 1 to 4 each compiled for their own literal; other strides
-   share one scalar loop (:func:`_stride_loop`), which LLVM vectorises by gathers.  (The
-   3-tap window at stride 1 kept a loop of its own, which LLVM vectorised by itself, until
-   the vector folds grew to a 512-bit register; since, the two ran alike.)  Windows of 8
-   taps and more go by a ladder of runs (:func:`_ladder`), whose passes do not grow with
-   the window.  A channels-last row at
-   stride 1 is one such stream too (lane c of output i is element ``i*C + c``, its tap t
-   ``t*d*C`` further on); at other strides, and for windows the padding cuts, each output
-   folds its taps' runs of C channels (:func:`_reduce_lanes`).
+   share one scalar loop (:func:`_stride_loop`), which LLVM vectorises by gathers.  Windows
+   of 8 taps and more go by a ladder of runs (:func:`_ladder`), whose passes do not grow
+   with the window.  A channels-last row at stride 1 is one such stream too (lane c of
+   output i is element ``i*C + c``, its tap t ``t*d*C`` further on); at other strides, and
+   for windows the padding cuts, each output folds its taps' runs of C channels
+   (:func:`_reduce_lanes`).
 
 Every per-row step runs inside the kernel, never as a call: a helper called once per row of
 a few dozen outputs costs a third of a 2-D 3x3 pool's time (its array arguments, seven values

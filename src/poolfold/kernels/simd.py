@@ -25,9 +25,10 @@ stride 2 over (8,24,55,55) 0.72-0.92, 5x5 at stride 3 over (4,16,128,128) 0.79-0
 stride 1 channels-last over (4,256,256,16) 0.78-0.90; and the row kernels compiled in 5.5 s
 where they took 8.9.  Widening the vectors from AVX2's 32 bytes to AVX-512's 64 on a host
 that has it, and folding the last vectors side by side where they went one at a time, took
-MaxPool to 0.66-0.88 of the time over 2-D and 3-D windows of 3 to 15 (3x3 at stride 2 over
-(1,64,56,56) 0.82, 7x7 at stride 1 0.66), int8 and float64 to 0.76-0.82, channels-last to
-0.71-0.94 and AveragePool to 0.92-1.03 (measured in one process against the build before).
+MaxPool to 0.71-0.87 of the time over 2-D and 3-D windows of 3 to 15 (3x3 at stride 2 over
+(1,64,56,56) 0.87, 7x7 at stride 1 0.71; 3x3 at stride 1 unchanged), int8 and float64 to
+0.76-0.82, channels-last to 0.71-0.94 and AveragePool to 0.92-1.03 (measured in one process
+against the build before).
 
 Like every kernel they never check bounds: the caller guarantees each stream lies in its
 array, and that ``dst`` overlaps no source (the overlapping last vector reads sources the
