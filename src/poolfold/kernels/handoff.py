@@ -15,6 +15,11 @@ after each part (``POOLFOLD_SPIN_US``, default :data:`DEFAULT_SPIN_US`) before t
 - a thread that finishes its parts says so by another atomic store and spins for the next
   call, and the caller spins (then sleeps in short steps) until every thread has finished.
 
+A native call (:mod:`.native_split`) takes no GIL at all: the spinning thread's loop
+(:func:`serve_calls`) calls the published function itself and goes on spinning.  Calls are
+numbered, even for a Python job and odd for a native call, so that one load tells a thread
+what it sees.
+
 An empty hand-off costs about 8 us this way (measured on the same machine), so calls of a
 few tens of microseconds of work gain from a second thread.  Spinning threads keep their
 cores busy for ``POOLFOLD_SPIN_US`` after each call (onnxruntime's threads spin too by
@@ -46,6 +51,15 @@ DEFAULT_SPIN_US = 1000
 GRACE_SPINS = 100
 # A flag per 64-byte line, so that one thread's stores do not evict the line another spins on.
 _LINE = 8
+# The flags' layout.  The first line: the call's number (bumped to publish a call; odd for a
+# native call, :mod:`.native_split`, even for a Python job), and a native call's entry,
+# frame and helper count.  Then a line each: the open native call (-1: none), the threads
+# inside it, its pieces' claims, whether a piece raised; then each thread's last finished
+# Python job.
+CALL, ENTRY, FRAME, HELPERS = range(4)
+OPEN, ACTIVE, CLAIMS, ERROR = (_LINE * line for line in range(1, 5))
+DONE = 5 * _LINE
+PYTHON, NATIVE = 0, 1
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
 
 
@@ -73,6 +87,52 @@ def _store_release(typingctx, flags, index, value):
         return context.get_dummy_value()
 
     return types.void(flags, types.intp, types.int64), codegen
+
+
+@intrinsic
+def load_sequential(typingctx, flags, index):
+    """``flags[index]``, read atomically in the one order all threads agree on."""
+    def codegen(context, builder, signature, args):
+        pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+        return builder.load_atomic(pointer, "seq_cst", 8)
+
+    return types.int64(flags, types.intp), codegen
+
+
+@intrinsic
+def store_sequential(typingctx, flags, index, value):
+    """``flags[index] = value``, stored atomically in the one order all threads agree on."""
+    def codegen(context, builder, signature, args):
+        pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+        builder.store_atomic(context.cast(builder, args[2], signature.args[2], types.int64),
+                             pointer, "seq_cst", 8)
+        return context.get_dummy_value()
+
+    return types.void(flags, types.intp, value), codegen
+
+
+@intrinsic
+def fetch_add(typingctx, flags, index, value):
+    """``flags[index] += value`` atomically (sequentially consistent); the value before."""
+    def codegen(context, builder, signature, args):
+        pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+        return builder.atomic_rmw("add", pointer, context.cast(
+            builder, args[2], signature.args[2], types.int64), "seq_cst")
+
+    return types.int64(flags, types.intp, value), codegen
+
+
+@intrinsic
+def call_entry(typingctx, entry, frame):
+    """Call the function ``void(i8*)`` at address ``entry`` on ``frame``
+    (:mod:`.native_split`)."""
+    def codegen(context, builder, signature, args):
+        function = builder.inttoptr(args[0], ir.FunctionType(
+            ir.VoidType(), [cgutils.voidptr_t]).as_pointer())
+        builder.call(function, [builder.inttoptr(args[1], cgutils.voidptr_t)])
+        return context.get_dummy_value()
+
+    return types.void(types.int64, types.int64), codegen
 
 
 @intrinsic
@@ -106,6 +166,33 @@ def _store_and_spin(flags, store_at, stored, index, seen, spins, grace):
                 _pause()
             return value
         _pause()
+    return seen
+
+
+@njit(cache=True, nogil=True)
+def serve_calls(flags, worker, seen, spins, grace):
+    """A spinning thread's loop: run the native calls published after call ``seen``
+    (:mod:`.native_split`) as they come, without the GIL; return the number of the first
+    Python job published (after ``grace`` more pauses, see the module doc), or the last call
+    seen once ``spins`` pauses have passed without one."""
+    left = spins
+    while left > 0:
+        call = _load_acquire(flags, CALL)
+        if call == seen:
+            left -= 1
+            _pause()
+            continue
+        seen = call
+        if call % 2 != NATIVE:  # a Python job: see SpinningPool._next_call
+            for _ in range(grace):
+                _pause()
+            return call
+        if worker < flags[HELPERS]:
+            fetch_add(flags, ACTIVE, 1)  # joined: the caller now waits for this thread ...
+            if load_sequential(flags, OPEN) == call:  # ... if it has not closed the call
+                call_entry(flags[ENTRY], flags[FRAME])
+            fetch_add(flags, ACTIVE, -1)
+        left = spins
     return seen
 
 
@@ -152,20 +239,23 @@ def _pauses_per_microsecond(flags: np.ndarray) -> float:
 
 
 class SpinningPool:
-    """``workers`` threads that run a call's job beside the caller (:meth:`run`)."""
+    """``workers`` threads that run a call's job beside the caller: a Python job
+    (:meth:`run`), or a kernel's pieces without the GIL (:meth:`run_native`)."""
 
     def __init__(self, workers: int, spin_us: int):
         self.workers = workers
-        self.flags = np.zeros(_LINE * (workers + 1), np.int64)  # [0]: call; [8(w+1)]: done
+        self.flags = np.zeros(DONE + _LINE * workers, np.int64)  # see CALL, OPEN, DONE
+        self.flags[OPEN] = -1
         rate = _pauses_per_microsecond(self.flags)
         self.spins = max(1, int(spin_us * rate))
         self.grace = GRACE_SPINS
         self.job = None
         self.helpers = 0
         self.results: list = [None] * workers
-        self.call = 0
+        self.calls = 0
         self.parking_call = -1  # a call that tells the threads to sleep now (see park)
         self.sleepers = 0
+        self.wakes = 0  # bumped to wake the sleeping threads
         self.wake = threading.Condition()
         self.busy = threading.Lock()  # one call at a time holds the threads
         started = threading.Barrier(workers + 1)
@@ -177,40 +267,58 @@ class SpinningPool:
     def _serve(self, w: int, started: threading.Barrier) -> None:
         affinity.register_worker()
         started.wait()
-        flags, done_at = self.flags, _LINE * (w + 1)
+        flags, done_at = self.flags, DONE + _LINE * w
         seen = 0
-        call = _store_and_spin(flags, -1, 0, 0, seen, self.spins, self.grace)
         while True:
-            if call == seen:  # spun long enough: sleep until the next call
-                with self.wake:
-                    self.sleepers += 1
-                    while int(flags[0]) == seen:
-                        self.wake.wait()
-                    self.sleepers -= 1
-                call = int(flags[0])
-                continue
+            call = serve_calls(flags, w, seen, self.spins, self.grace)
+            if call == seen:  # spun long enough: sleep until a call wakes the threads
+                self._sleep(seen)
+                continue  # the call that woke it, and those after it
             seen = call
             if call == self.parking_call:  # told to sleep now, not to spin: see park()
+                self._sleep(seen)
                 continue
             try:
                 self.results[w] = self.job() if w < self.helpers else []
             except BaseException as error:  # the caller raises it
                 self.results[w] = error
-            call = _store_and_spin(flags, done_at, seen, 0, seen, self.spins, self.grace)
+            _store_and_spin(flags, done_at, seen, 0, seen, 0, 0)
+
+    def _sleep(self, seen: int) -> None:
+        """Sleep until a call after ``seen`` is published, or the threads are woken."""
+        with self.wake:
+            self.sleepers += 1
+            wakes = self.wakes
+            while self.wakes == wakes and int(self.flags[CALL]) == seen:
+                self.wake.wait()
+            self.sleepers -= 1
+
+    def _next_call(self, mode: int) -> int:
+        """The next call's number: even for a Python job, odd for a native call."""
+        self.calls += 1
+        return 2 * self.calls + mode
+
+    def _wake_sleepers(self) -> None:
+        """Wake the threads that sleep.  After a Python job is published: a thread that
+        checked the call before it went to sleep counted itself a sleeper first, so it is
+        woken.  A native call wakes them before it is published (it publishes itself, see
+        :mod:`.native_split`) and does not wait for them: they may join it, or the next."""
+        if self.sleepers:
+            with self.wake:
+                self.wakes += 1
+                self.wake.notify_all()
 
     def park(self) -> None:
         """Stop the threads' spin now: they sleep until the next call.  Where other work
         follows on this process's cores (onnxruntime's stretches between a model's pooling
         nodes), threads spinning on through it took a core from it (googlenet through
         poolfold.backend: its Convs 1.6-2x slower than in one session; 25.4 against 22.1 ms
-        a run parked).  The next
-        call wakes them, as it wakes threads that spun out."""
+        a run parked).  The next call wakes them, as it wakes threads that spun out."""
         if not self.busy.acquire(blocking=False):
             return  # a call holds the threads: it is not spinning idle
         try:
-            self.call += 1
-            self.parking_call = self.call
-            _store_and_spin(self.flags, 0, self.call, 0, 0, 0, 0)
+            self.parking_call = self._next_call(PYTHON)
+            _store_and_spin(self.flags, CALL, self.parking_call, 0, 0, 0, 0)
         finally:
             self.busy.release()
 
@@ -224,16 +332,14 @@ class SpinningPool:
         try:
             self.job = job
             self.helpers = helpers
-            self.call += 1
-            _store_and_spin(self.flags, 0, self.call, 0, 0, 0, 0)  # publish the call
-            if self.sleepers:
-                with self.wake:
-                    self.wake.notify_all()
+            call = self._next_call(PYTHON)
+            _store_and_spin(self.flags, CALL, call, 0, 0, 0, 0)  # publish the call
+            self._wake_sleepers()
             try:
                 mine = job()
             except BaseException as error:
                 mine = error
-            while not _spin_until_all(self.flags, _LINE, self.workers, self.call, self.spins):
+            while not _spin_until_all(self.flags, DONE, self.workers, call, self.spins):
                 time.sleep(50e-6)  # long parts: their end is waited for in short sleeps
             results = self.results + [mine]
             self.job = None
@@ -244,3 +350,17 @@ class SpinningPool:
             if isinstance(result, BaseException):
                 raise result
         return results
+
+    def run_native(self, runner, bounds, results, helpers: int, address: int, returns,
+                   arguments: tuple) -> int | None:
+        """``runner`` (:func:`poolfold.kernels.native_split.run_pieces`) over the pieces
+        ``bounds`` on the caller and ``helpers`` of the threads: what it returned (1 if a
+        piece raised), or None where another call holds the threads."""
+        if not self.busy.acquire(blocking=False):
+            return None
+        try:
+            self._wake_sleepers()
+            return runner(self.flags, self._next_call(NATIVE), bounds, results, helpers,
+                          address, returns, *arguments)
+        finally:
+            self.busy.release()

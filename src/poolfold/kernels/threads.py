@@ -4,10 +4,12 @@ A kernel that works on many planes (or elements) takes a ``[start, stop)`` range
 its last two arguments, and :func:`launch_split` runs it over contiguous parts of the range,
 the calling thread one of the threads: numba releases the GIL inside such kernels, so the
 parts run in parallel.  The other threads spin a while between calls (:mod:`.handoff`), or,
-with ``POOLFOLD_SPIN_US=0`` or while another call holds those, are a sleeping pool's.  Serial kernels compile several times faster than ``parallel=True``
-ones (numba's parfors passes and the outlined loop body cost most of a first call), and the
-pool needs no numba threading layer, whose default (workqueue) aborts the process when two
-Python threads run parallel kernels at once.
+with ``POOLFOLD_SPIN_US=0`` or while another call holds those, are a sleeping pool's.  A
+launch that passes a :class:`~.native_split.Crew` has its pieces run without the GIL
+(:mod:`.native_split`).  Serial kernels compile several times faster than
+``parallel=True`` ones (numba's parfors passes and the outlined loop body cost most of a
+first call), and the pool needs no numba threading layer, whose default (workqueue) aborts
+the process when two Python threads run parallel kernels at once.
 """
 
 from __future__ import annotations
@@ -20,12 +22,16 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
+import numba.np.ufunc.parallel as _numba_parallel
 
-from . import affinity, handoff
+from . import affinity, handoff, native_split
 
 _POOL: ThreadPoolExecutor | None = None
 _SPINNING: handoff.SpinningPool | bool | None = None  # False: POOLFOLD_SPIN_US=0
 _POOL_LOCK = threading.Lock()
+
+
+THREADS_ENV = "POOLFOLD_NUM_THREADS"
 
 
 def kernel_threads() -> int:
@@ -33,7 +39,7 @@ def kernel_threads() -> int:
 
     Read on every call (a bad value warns whatever the call's size); its parse is kept per
     text, as a model asks this several times a run."""
-    value = os.environ.get("POOLFOLD_NUM_THREADS")
+    value = _environment_value()
     if not value:
         return _numba_threads()
     wanted = _parse_threads(value)
@@ -42,6 +48,26 @@ def kernel_threads() -> int:
                       RuntimeWarning, stacklevel=3)
         return _numba_threads()
     return min(wanted, numba.config.NUMBA_NUM_THREADS)
+
+
+# os.environ's mapping of encoded names to encoded values, which os.environ.get reads after
+# encoding the name and decodes the value of: 1.5 us a call on a 2-CPU virtual machine,
+# where a small pooling call's whole Python is a few microseconds; reading the mapping
+# directly takes a tenth of that.  os.environ keeps it current (os.environ[...] = and
+# monkeypatch.setenv go through it); where it is absent, os.environ.get is used.
+_ENVIRON_DATA = getattr(os.environ, "_data", None)
+try:
+    _THREADS_KEY = os.environ.encodekey(THREADS_ENV)
+except AttributeError:  # pragma: no cover - not CPython's os.environ
+    _ENVIRON_DATA = None
+
+
+def _environment_value() -> str | None:
+    """``POOLFOLD_NUM_THREADS`` as os.environ holds it now."""
+    if type(_ENVIRON_DATA) is not dict:
+        return os.environ.get(THREADS_ENV)
+    raw = _ENVIRON_DATA.get(_THREADS_KEY)
+    return None if raw is None else os.environ.decodevalue(raw)
 
 
 @functools.lru_cache(maxsize=16)
@@ -59,6 +85,8 @@ def _numba_threads() -> int:
     that, as ``numba.get_num_threads`` would start the layer, a cost poolfold's kernels do not
     need.  ``numba.threading_layer()`` is numba's public way to tell: it raises ValueError
     until the layer has started."""
+    if getattr(_numba_parallel, "_threading_layer", True) is None:  # numba's flag for it,
+        return numba.config.NUMBA_NUM_THREADS  # read without raising (a microsecond a call)
     try:
         numba.threading_layer()
     except ValueError:
@@ -130,6 +158,10 @@ PIECES_PER_THREAD = 4
 # while the other threads wait for it.  Measured, 2 CPUs, MaxPool 3x3 s2 over (1,64,56,56)
 # (250 Ki elements of work): 0.098 ms in 8 pieces, 0.069 in 2.
 MIN_WORK_PER_PIECE = 2**18
+# The same for a piece run without the GIL (:mod:`.native_split`), where a piece costs the
+# kernel's own setup only (its scratch arrays: about 1 us for the row kernels).  Measured, 2
+# CPUs, MaxPool 3x3 s2 over (1,64,56,56) (250 Ki elements): 29-37 us in 2 pieces, 34-45 in 8.
+MIN_WORK_PER_NATIVE_PIECE = 2**17
 
 
 def split_parts(count: int, work: int | None = None, threads: int | None = None) -> int:
@@ -156,7 +188,7 @@ def split_parts(count: int, work: int | None = None, threads: int | None = None)
 
 
 def launch_split(kernel, count: int, *args, work: int | None = None,
-                 parts: int | None = None) -> list:
+                 parts: int | None = None, crew: native_split.Crew | None = None) -> list:
     """Run ``kernel(*args, start, stop)`` over ``[0, count)`` on ``parts`` threads (poolfold's
     thread count), the calling thread one of them; what each piece returned, in order.
 
@@ -168,11 +200,21 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
     ``work`` (elements the call reads and writes, if the caller knows it) caps the parts so
     each has at least :data:`MIN_WORK_PER_PART`, and the pieces beyond one a thread so each
     has :data:`MIN_WORK_PER_PIECE`: a small call runs in the calling thread.  ``parts``:
-    what :func:`split_parts` already gave the caller, to not ask twice."""
+    what :func:`split_parts` already gave the caller, to not ask twice.
+
+    With a ``crew`` (the caller's, kept for every call of the same kernel on arguments of
+    the same types), the pieces run without the GIL (:mod:`.native_split`): then a piece
+    costs no Python, and the call is cut into :data:`PIECES_PER_THREAD` pieces a thread
+    whatever its work."""
     if parts is None:
         parts = split_parts(count, work)
     if parts == 1:
         return [kernel(*args, 0, count)]
+    spinning = _spinning_pool()
+    if crew is not None and spinning is not None and crew.resolve(kernel, args):
+        done = _run_native(spinning, crew, kernel, count, parts, work, args)
+        if done is not None:
+            return done
     pieces = parts * PIECES_PER_THREAD
     if work is not None:
         # a whole number of pieces a thread: 3 pieces on 2 threads of equal speed leave one
@@ -190,7 +232,6 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
                 return done
             done.append((piece, kernel(*args, bounds[piece], bounds[piece + 1])))
 
-    spinning = _spinning_pool()
     affinity.steer_workers()
     everyone = spinning.run(run_pieces, parts - 1) if spinning is not None else None
     if everyone is None:  # no spinning threads, or another call holds them: sleeping ones
@@ -203,3 +244,25 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
         everyone.append(mine)                                    # an error
     done = [piece for pieces_done in everyone for piece in pieces_done]
     return [result for _, result in sorted(done, key=lambda d: d[0])]
+
+
+def _run_native(spinning, crew, kernel, count: int, parts: int, work: int | None,
+                args: tuple) -> list | None:
+    """:func:`launch_split`'s call run by :func:`poolfold.kernels.native_split.run_pieces`:
+    what each piece returned, or None where another call holds the spinning threads.  A
+    piece that raised (the kernel's own bounds checks) makes the whole call run again in
+    Python, which raises the error."""
+    pieces = parts * PIECES_PER_THREAD
+    if work is not None:  # a whole number of pieces a thread, as in launch_split
+        pieces = max(parts, min(pieces, work // MIN_WORK_PER_NATIVE_PIECE) // parts * parts)
+    bounds, results = crew.pieces(count, min(count, pieces))
+    affinity.steer_workers()
+    raised = spinning.run_native(native_split.run_pieces, bounds, results, parts - 1,
+                                 crew.address, crew.returns, args)
+    if raised is None:
+        return None
+    if raised:
+        return [kernel(*args, 0, count)]
+    if crew.returns is None:
+        return [None] * (len(bounds) - 1)
+    return [type(crew.returns)(r) for r in results.tolist()]

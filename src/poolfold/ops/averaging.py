@@ -21,6 +21,7 @@ from .. import activations, dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowPlan
 from ..kernels.activation import IDENTITY
+from ..kernels.native_split import Crew
 from ..kernels.threads import kernel_threads, launch_split, split_parts
 from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RUN_SUFFIX,
                                   ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
@@ -313,7 +314,7 @@ class _Launch:
         xs = kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(self.outer, -1))
         ys = dtypes.value_view(y).reshape(self.outer, -1)
         launch_split(self.kernel, self.count, *self._arrays(xs, ys), *self.arguments,
-                     parts=self.parts, work=self.work)
+                     parts=self.parts, work=self.work, crew=self.crew)
         return y
 
     def _arrays(self, xs, ys) -> tuple:
@@ -333,6 +334,7 @@ class _WindowsLaunch(_Launch):
         layout = _layout(shape, channels_last)
         self.label = label
         self.dtype = dtype
+        self.crew = Crew()  # its threaded calls run without the GIL once compiled
         self.outer = layout.outer
         self.out_shape = _output_shape(shape, plan.out_shape, channels_last)
         check_size(label, "Y", self.out_shape, dtype)
@@ -526,6 +528,7 @@ class _GlobalLaunch(_Launch):
         layout = _layout(shape, channels_last)
         self.label = label
         self.dtype = dtype
+        self.crew = Crew()  # its threaded calls run without the GIL once compiled
         self.outer = layout.outer
         self.out_shape = _output_shape(shape, (1,) * len(layout.spatial), channels_last)
         check_size(label, "Y", self.out_shape, dtype)

@@ -19,6 +19,7 @@ from ..kernels.max_passes import (AXIS_ROWS, CHANNELS, COLUMN_MAJOR, ITEMS_PER_P
                                   PLANES_PER_ITEM, ROWS_PER_ITEM, RUN_CAPACITY, SETUP_SIZE,
                                   SHIFTED, STAGE_CAPACITY, VAN_HERK, WORDS, max_passes)
 from ..kernels import max_rows as rows
+from ..kernels.native_split import Crew
 from ..kernels.threads import PIECES_PER_THREAD, kernel_threads, launch_split, split_parts
 from ..kernels.window_max import window_max, window_max_separable, window_max_tiles
 from ..kernels.words import has_words, word_type, words_view
@@ -902,6 +903,7 @@ class _PoolLaunch:
         self.kernel, self.reason = choose_kernel(plan, dtype.itemsize, storage_order, forced,
                                                  not return_indices)
         self.kernel_name = None
+        self.crew = Crew()  # its threaded calls run without the GIL once compiled
         taps, dims = plan.taps, plan.dims
         self.tables = (taps.first, taps.lo, taps.hi, *dims, storage_order == 1,
                        _empty_value(dtype))
@@ -978,14 +980,14 @@ class _PoolLaunch:
                 xs, ys = xs.reshape(slices, -1), ys.reshape(slices, -1)
                 index_rows = index_rows.reshape(slices, -1) if index_rows is not None else None
             launch_split(window_max_tiles, slices, xs, ys, index_rows, *self.dims,
-                         xs.view(self.words), parts=self.parts, work=self.work)
+                         xs.view(self.words), parts=self.parts, work=self.work, crew=self.crew)
         elif kernel == ROWS:
             tables = self.rows
             arguments = (xs, ys, tables.axes, tables.taps, tables.lead, tables.setup,
                          self.tables[-1], tables.long_windows)
             if self.ready or self._ready(rows.max_rows, arguments):
                 launch_split(rows.max_rows, tables.items, *arguments, parts=self.parts,
-                             work=self.work)
+                             work=self.work, crew=self.crew)
             else:
                 kernel = self._stand_in(xs, ys, index_rows)
         elif kernel == ROW_BLOCKS:
@@ -994,7 +996,7 @@ class _PoolLaunch:
                          self.tables[-1])
             if self.ready or self._ready(rows.max_row_blocks, arguments):
                 launch_split(rows.max_row_blocks, tables.items, *arguments, parts=self.parts,
-                             work=self.work)
+                             work=self.work, crew=self.crew)
             else:
                 kernel = self._stand_in(xs, ys, index_rows)
         elif kernel == PASSES:
@@ -1004,14 +1006,14 @@ class _PoolLaunch:
                          self.tables[-1])
             if self.ready or self._ready(max_passes, arguments):
                 launch_split(max_passes, tables.items, *arguments, parts=self.parts,
-                             work=self.work)
+                             work=self.work, crew=self.crew)
             else:
                 kernel = self._stand_in(xs, ys, index_rows)
         elif kernel == SEPARABLE:
             arguments = (xs, ys, index_rows, *self.tables, *self.separable, words_view(xs))
             if self.ready or self._ready(window_max_separable, arguments):
                 launch_split(window_max_separable, planes, *arguments, parts=self.parts,
-                             work=self.work)
+                             work=self.work, crew=self.crew)
             else:
                 kernel = self._stand_in(xs, ys, index_rows)
         else:
@@ -1023,7 +1025,8 @@ class _PoolLaunch:
 
     def _direct(self, xs, ys, index_rows):
         launch_split(window_max, self.planes, xs, ys, index_rows, *self.tables, *self.direct,
-                     np.empty((self.planes, 2, len(self.dims[0])), np.int64), parts=self.parts)
+                     np.empty((self.planes, 2, len(self.dims[0])), np.int64), parts=self.parts,
+                     crew=self.crew)
 
     def _stand_in(self, xs, ys, index_rows) -> str:
         """The direct scan, which compiles in a fraction of the time, answers while a child
@@ -1081,6 +1084,7 @@ class _ChannelsLastLaunch:
         self.dtype = dtype
         self.forced = forced
         self.kernel_name = None
+        self.crew = Crew()
         check_size(label, "Y", self.out_shape, dtype)
         if return_indices:
             check_size(label, "Indices", self.index_shape, np.int64)
@@ -1130,7 +1134,8 @@ class _ChannelsLastLaunch:
             self.ready = not self.stand_in or background.ready(kernel, (*arguments, 0, 0))
             if not self.ready:
                 return None  # the NCHW-style planes' launch stands in and starts the compile
-        launch_split(kernel, tables.items, *arguments, parts=self.parts, work=self.work)
+        launch_split(kernel, tables.items, *arguments, parts=self.parts, work=self.work,
+                     crew=self.crew)
         self.kernel_name = self.kernel
         if self.forced is not None and _OVERRIDE is not None:
             _OVERRIDE.ran.append(self.kernel)

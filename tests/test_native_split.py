@@ -1,0 +1,190 @@
+"""A threaded call's pieces run without the GIL (poolfold.kernels.native_split): every piece
+once, on the spinning threads as well as the caller, what each returned in order, a kernel's
+error raised in the caller, and calls that find the threads asleep, busy, or many at once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from numba import njit
+
+from poolfold.kernels import handoff, native_split, threads
+
+
+@njit(nogil=True)
+def _stamp(y, owners, start, stop):
+    """Add i + 1 to y[i] over the piece, and mark each element with the piece's start."""
+    for i in range(start, stop):
+        y[i] += i + 1
+        owners[i] = start
+
+
+@njit(nogil=True)
+def _count(y, start, stop):
+    for i in range(start, stop):
+        y[i] += 1
+    return stop - start
+
+
+@njit(nogil=True)
+def _any_negative(x, start, stop):
+    for i in range(start, stop):
+        if x[i] < 0:
+            return True
+    return False
+
+
+@njit(nogil=True)
+def _raise_in_a_piece(y, bad, start, stop):
+    for i in range(start, stop):
+        if i == bad:
+            raise IndexError("piece out of bounds")
+        y[i] = 1
+
+
+def _native_launch(kernel, count, *args, parts=2):
+    """launch_split with a crew, after a plain call has compiled the kernel for ``args``;
+    the crew, to check that it ran natively."""
+    kernel(*args, 0, 0)
+    crew = native_split.Crew()
+    return threads.launch_split(kernel, count, *args, parts=parts, crew=crew), crew
+
+
+@pytest.mark.parametrize("count", [2, 7, 64, 1001])
+def test_every_piece_runs_once(count):
+    y = np.zeros(count, np.int64)
+    owners = np.full(count, -1, np.int64)
+    results, crew = _native_launch(_stamp, count, y, owners)
+    assert crew.address != 0  # the call ran natively
+    assert np.array_equal(y, np.arange(1, count + 1))  # each element once
+    starts = np.unique(owners)
+    assert len(results) == len(starts) == min(count, 2 * threads.PIECES_PER_THREAD)
+    assert results == [None] * len(results)
+
+
+def test_results_in_piece_order_with_their_type():
+    y = np.zeros(100, np.int64)
+    results, crew = _native_launch(_count, 100, y)
+    assert crew.returns == 0
+    assert results == [100 * (p + 1) // 8 - 100 * p // 8 for p in range(8)]
+    assert all(type(r) is int for r in results)
+    x = np.ones(100)
+    x[77] = -1
+    found, crew = _native_launch(_any_negative, 100, x)
+    assert crew.returns is False and found.count(True) == 1 and found[77 * 8 // 100] is True
+
+
+def test_a_kernel_error_is_raised_in_the_caller():
+    y = np.zeros(64, np.int64)
+    _raise_in_a_piece(y, -1, 0, 64)
+    crew = native_split.Crew()
+    with pytest.raises(IndexError, match="piece out of bounds"):
+        threads.launch_split(_raise_in_a_piece, 64, y, 50, parts=2, crew=crew)
+    assert crew.address != 0
+    y[:] = 0  # the threads serve the next call
+    threads.launch_split(_raise_in_a_piece, 64, y, -1, parts=2, crew=crew)
+    assert y.sum() == 64
+
+
+def test_the_spinning_thread_takes_pieces():
+    """The spinning thread claims pieces too (a thread asleep when a call comes is woken
+    for the later ones, so the calls go on until it has joined one)."""
+    pool = threads._spinning_pool()
+    if pool is None or pool.workers < 1:
+        pytest.skip("no spinning threads")
+    y = np.zeros(2, np.int64)
+    _count(y, 0, 0)
+    crew = native_split.Crew()
+    assert crew.resolve(_count, (y,))
+    bounds, results = crew.pieces(2, 2)
+    joined, calls = 0, 0
+    deadline = time.monotonic() + 30
+    while joined < 5 and time.monotonic() < deadline:
+        assert pool.run_native(native_split.run_pieces, bounds, results, 1, crew.address,
+                               crew.returns, (y,)) == 0
+        calls += 1
+        # the 2 pieces, then one failed claim by each thread that joined
+        joined += int(pool.flags[handoff.CLAIMS]) - 3
+        time.sleep(1e-4)
+    assert y.tolist() == [calls, calls]  # each piece once a call, whoever ran it
+    assert joined == 5
+
+
+def test_crew_waits_for_the_kernel_to_compile():
+    @njit(nogil=True)
+    def fresh(y, start, stop):
+        for i in range(start, stop):
+            y[i] = 2
+    y = np.zeros(10)
+    crew = native_split.Crew()
+    assert not crew.resolve(fresh, (y,))  # not compiled for these types yet
+    threads.launch_split(fresh, 10, y, parts=2, crew=crew)  # through Python: compiles it
+    assert y.tolist() == [2] * 10
+    assert crew.resolve(fresh, (y,))
+
+
+def test_concurrent_callers_all_complete():
+    errors = []
+
+    def caller(seed):
+        try:
+            rng = np.random.default_rng(seed)
+            for _ in range(30):
+                count = int(rng.integers(2, 500))
+                y = np.zeros(count, np.int64)
+                owners = np.zeros(count, np.int64)
+                _stamp(y, owners, 0, 0)
+                threads.launch_split(_stamp, count, y, owners, parts=2,
+                                     crew=native_split.Crew())
+                assert np.array_equal(y, np.arange(1, count + 1))
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    workers = [threading.Thread(target=caller, args=(s,)) for s in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert not any(w.is_alive() for w in workers)
+    assert not errors
+
+
+def test_calls_while_the_threads_sleep_between_them():
+    """With a spin of a microsecond the threads are asleep at most calls: the caller runs
+    the pieces without waiting for them, and wakes them for later calls."""
+    script = """
+import time
+import numpy as np
+from poolfold.kernels import native_split, threads
+from numba import njit
+
+@njit(nogil=True)
+def kernel(y, start, stop):
+    for i in range(start, stop):
+        y[i] += 1
+
+y = np.zeros(1000, np.int64)
+kernel(y, 0, 0)
+crew = native_split.Crew()
+for n in range(300):
+    threads.launch_split(kernel, 1000, y, parts=2, crew=crew)
+    if n % 3 == 0:
+        time.sleep(0.001)
+threads.park_spinning_threads()
+threads.launch_split(kernel, 1000, y, parts=2, crew=crew)
+assert crew.address != 0
+assert (y == 301).all(), y
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, env={**os.environ,
+                                            "POOLFOLD_SPIN_US": "1",
+                                            "POOLFOLD_NUM_THREADS": "2"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
