@@ -188,3 +188,27 @@ print("ok")
                                             "POOLFOLD_NUM_THREADS": "2"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+@njit(nogil=True)
+def _row_sums(x, y, start, stop):
+    """A kernel that takes a view of each row (numba counts references on views)."""
+    for i in range(start, stop):
+        row = x[i]
+        y[i] = row.sum()
+
+
+def test_kernels_that_take_views_leave_the_arrays_as_they_were():
+    """The threads call the kernel on the caller's arrays without their reference-counted
+    owner: the results are right and no reference is kept or lost."""
+    x = np.arange(64 * 5, dtype=np.float64).reshape(64, 5)
+    y = np.zeros(64)
+    _row_sums(x, y, 0, 0)
+    counts = sys.getrefcount(x), sys.getrefcount(y)
+    crew = native_split.Crew()
+    for _ in range(100):
+        y[:] = 0
+        threads.launch_split(_row_sums, 64, x, y, parts=2, crew=crew)
+        assert np.array_equal(y, x.sum(axis=1))
+    assert crew.address != 0
+    assert (sys.getrefcount(x), sys.getrefcount(y)) == counts
