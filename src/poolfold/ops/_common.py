@@ -25,29 +25,25 @@ class CallCache:
     def key(self, x, windows: tuple, scalars: tuple) -> tuple | None:
         """A key equal only for calls the checks treat alike: X's shape and type, the window
         attributes ``windows`` by :func:`poolfold.geometry.exact_key`, each of ``scalars``
-        with its type, and the thread count.  None where a value is not exact, X is no
-        native-order ndarray or a value cannot be hashed: those calls are checked afresh."""
+        with its type, and the thread count.  None where a value is not exact or X is no
+        native-order ndarray: those calls are checked afresh (as are calls whose key cannot
+        be hashed, see :meth:`prepared`)."""
         if type(x) is not np.ndarray or not x.dtype.isnative:
             return None
-        attributes = []
-        for values in windows:  # a loop, not a generator: a small call's microsecond
-            value = exact_key(values)
-            if value is INEXACT:
-                return None
-            attributes.append(value)
-        key = (x.shape, x.dtype, tuple(attributes),
-               tuple([(type(v), v) for v in scalars]), kernel_threads())
-        try:
-            hash(key)
-        except TypeError:  # an unhashable attribute: the checks say what is wrong with it
+        attributes = tuple(map(exact_key, windows))
+        if INEXACT in attributes:
             return None
-        return key
+        return (x.shape, x.dtype, attributes, scalars, tuple(map(type, scalars)),
+                kernel_threads())
 
     def prepared(self, x, windows: tuple, scalars: tuple, prepare) -> tuple:
         """X and the launch that pools it: the one kept for the call's :meth:`key`, else
         ``prepare()``'s (X checked, and its launch), kept where the key is exact."""
         key = self.key(x, windows, scalars)
-        launch = self.launches.get(key) if key is not None else None
+        try:
+            launch = self.launches.get(key) if key is not None else None
+        except TypeError:  # an unhashable attribute: the checks say what is wrong with it
+            key = launch = None
         if launch is None:
             x, launch = prepare()
             if key is not None:
