@@ -82,7 +82,7 @@ def _call_kernel(typingctx, address, returns, arguments, start, stop):
         return_slot = cgutils.alloca_once(builder, call_conv.get_return_type(returned).pointee)
         builder.store(cgutils.get_null_value(return_slot.type.pointee), return_slot)
         exception_slot = cgutils.alloca_once(builder, function_type.args[1].pointee)
-        flat = list(call_conv._get_arg_packer(argument_types).as_arguments(builder, values))
+        flat = list(context.get_arg_packer(argument_types).as_arguments(builder, values))
         code = builder.call(kernel, [return_slot, exception_slot, *flat])
         raised = builder.icmp_signed("!=", code, ir.Constant(code.type, 0))
         i64 = ir.IntType(64)

@@ -22,7 +22,6 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
-import numba.np.ufunc.parallel as _numba_parallel
 
 from . import affinity, handoff, native_split
 
@@ -39,7 +38,7 @@ def kernel_threads() -> int:
 
     Read on every call (a bad value warns whatever the call's size); its parse is kept per
     text, as a model asks this several times a run."""
-    value = _environment_value()
+    value = os.environ.get(THREADS_ENV)
     if not value:
         return _numba_threads()
     wanted = _parse_threads(value)
@@ -48,26 +47,6 @@ def kernel_threads() -> int:
                       RuntimeWarning, stacklevel=3)
         return _numba_threads()
     return min(wanted, numba.config.NUMBA_NUM_THREADS)
-
-
-# os.environ's mapping of encoded names to encoded values, which os.environ.get reads after
-# encoding the name and decodes the value of: 1.5 us a call on a 2-CPU virtual machine,
-# where a small pooling call's whole Python is a few microseconds; reading the mapping
-# directly takes a tenth of that.  os.environ keeps it current (os.environ[...] = and
-# monkeypatch.setenv go through it); where it is absent, os.environ.get is used.
-_ENVIRON_DATA = getattr(os.environ, "_data", None)
-try:
-    _THREADS_KEY = os.environ.encodekey(THREADS_ENV)
-except AttributeError:  # pragma: no cover - not CPython's os.environ
-    _ENVIRON_DATA = None
-
-
-def _environment_value() -> str | None:
-    """``POOLFOLD_NUM_THREADS`` as os.environ holds it now."""
-    if type(_ENVIRON_DATA) is not dict:
-        return os.environ.get(THREADS_ENV)
-    raw = _ENVIRON_DATA.get(_THREADS_KEY)
-    return None if raw is None else os.environ.decodevalue(raw)
 
 
 @functools.lru_cache(maxsize=16)
@@ -85,8 +64,6 @@ def _numba_threads() -> int:
     that, as ``numba.get_num_threads`` would start the layer, a cost poolfold's kernels do not
     need.  ``numba.threading_layer()`` is numba's public way to tell: it raises ValueError
     until the layer has started."""
-    if getattr(_numba_parallel, "_threading_layer", True) is None:  # numba's flag for it,
-        return numba.config.NUMBA_NUM_THREADS  # read without raising (a microsecond a call)
     try:
         numba.threading_layer()
     except ValueError:
