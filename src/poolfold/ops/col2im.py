@@ -10,7 +10,6 @@ import numpy as np
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, int_tuple, window_plan
-from ..kernels.native_split import Crew
 from ..kernels.threads import kernel_threads, launch_split, split_parts
 from ..kernels.fold import fold, fold_tables
 from ..memory import allocate, check_size
@@ -112,7 +111,6 @@ class FoldLaunch:
             self.identity = fold_identity(dtype)
         self.block_size = math.prod(plan.kernel)
         self.parts = split_parts(self.planes, x_size + math.prod(out_shape), threads)
-        self.crew = Crew()  # its threaded calls run without the GIL once compiled
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.strings:
@@ -132,7 +130,6 @@ class FoldLaunch:
                 False,  # a fresh image: overwrite
                 np.empty((planes, 2 * self.plan.rank), np.int64),  # the kernel's counters
                 parts=self.parts,
-                crew=self.crew,
             )
         return out.astype(x.dtype) if self.half else out
 

@@ -9,7 +9,6 @@ import numpy as np
 from .. import activations, dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, unpooled_shape
-from ..kernels.native_split import Crew
 from ..kernels.threads import kernel_threads, launch, launch_split, split_parts
 from ..kernels.scatter import first_out_of_range, scatter_ordered, scatter_planes
 from ..memory import allocate, check_size
@@ -183,7 +182,6 @@ class UnpoolLaunch:
         self.fill_bits = dtypes.bits_view(self.fill)[()]
         self.act = (activation.code, activation.params, activation.table)
         self.parts = split_parts(n * c, 2 * x_size + math.prod(self.shape), threads)
-        self.crew = Crew()  # its threaded calls run without the GIL once compiled
 
     def __call__(self, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
         y = allocate(self.label, "output", self.shape, self.dtype, size_checked=True)
@@ -201,7 +199,7 @@ class UnpoolLaunch:
             xs = xs.reshape(n, c, -1)
             ys = ys.reshape(n, c, -1)
         if any(launch_split(scatter_planes, n * c, xs, index_planes, ys, self.fill_bits,
-                            *self.act, parts=self.parts, crew=self.crew)):
+                            *self.act, parts=self.parts)):
             # Some index leaves its plane: check them all, then one ordered pass.
             _check_range(self.label, indices, math.prod(self.out_shape), self.out_shape)
             ys[...] = self.fill_bits
