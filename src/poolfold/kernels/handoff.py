@@ -68,47 +68,46 @@ def _element_pointer(context, builder, array_type, array, index):
     return cgutils.get_item_pointer(context, builder, array_type, view, [index])
 
 
-@intrinsic
-def _load_acquire(typingctx, flags, index):
-    """``flags[index]``, read atomically: a loop of plain loads may read it once only."""
-    def codegen(context, builder, signature, args):
-        pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
-        return builder.load_atomic(pointer, "acquire", 8)
+def _atomic_load(ordering: str, doc: str):
+    """An intrinsic ``load(flags, index)``: ``flags[index]`` read atomically, ``ordering``
+    being LLVM's ("acquire", "seq_cst")."""
+    @intrinsic
+    def load(typingctx, flags, index):
+        def codegen(context, builder, signature, args):
+            pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+            return builder.load_atomic(pointer, ordering, 8)
 
-    return types.int64(flags, types.intp), codegen
+        return types.int64(flags, types.intp), codegen
 
-
-@intrinsic
-def _store_release(typingctx, flags, index, value):
-    """``flags[index] = value``, stored atomically after every store before it."""
-    def codegen(context, builder, signature, args):
-        pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
-        builder.store_atomic(args[2], pointer, "release", 8)
-        return context.get_dummy_value()
-
-    return types.void(flags, types.intp, types.int64), codegen
+    load.__doc__ = doc
+    return load
 
 
-@intrinsic
-def load_sequential(typingctx, flags, index):
-    """``flags[index]``, read atomically in the one order all threads agree on."""
-    def codegen(context, builder, signature, args):
-        pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
-        return builder.load_atomic(pointer, "seq_cst", 8)
+def _atomic_store(ordering: str, doc: str):
+    """An intrinsic ``store(flags, index, value)``: ``flags[index] = value`` (an integer)
+    stored atomically, ``ordering`` being LLVM's ("release", "seq_cst")."""
+    @intrinsic
+    def store(typingctx, flags, index, value):
+        def codegen(context, builder, signature, args):
+            pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
+            builder.store_atomic(context.cast(builder, args[2], signature.args[2], types.int64),
+                                 pointer, ordering, 8)
+            return context.get_dummy_value()
 
-    return types.int64(flags, types.intp), codegen
+        return types.void(flags, types.intp, value), codegen
+
+    store.__doc__ = doc
+    return store
 
 
-@intrinsic
-def store_sequential(typingctx, flags, index, value):
-    """``flags[index] = value``, stored atomically in the one order all threads agree on."""
-    def codegen(context, builder, signature, args):
-        pointer = _element_pointer(context, builder, signature.args[0], args[0], args[1])
-        builder.store_atomic(context.cast(builder, args[2], signature.args[2], types.int64),
-                             pointer, "seq_cst", 8)
-        return context.get_dummy_value()
-
-    return types.void(flags, types.intp, value), codegen
+_load_acquire = _atomic_load(
+    "acquire", "``flags[index]``, read atomically: a loop of plain loads may read it once only.")
+_store_release = _atomic_store(
+    "release", "``flags[index] = value``, stored atomically after every store before it.")
+load_sequential = _atomic_load(
+    "seq_cst", "``flags[index]``, read atomically in the one order all threads agree on.")
+store_sequential = _atomic_store(
+    "seq_cst", "``flags[index] = value``, stored atomically in the one order all threads agree on.")
 
 
 @intrinsic
