@@ -10,10 +10,11 @@ import numpy as np
 from .. import dtypes, schema
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, WindowPlan, int_tuple, window_plan
+from ..kernels.native_split import Crew
 from ..kernels.threads import kernel_threads, launch_split, split_parts
 from ..kernels.fold import fold, fold_tables
 from ..memory import allocate, check_size
-from ._common import as_tensor, int64_tensor, kernel_input
+from ._common import CallCache, as_tensor, int64_tensor, kernel_input
 
 
 def _shape_input(spec, name: str, value, rank: int | None = None) -> tuple[int, ...]:
@@ -64,10 +65,16 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
     >>> col2im(x, [3, 3], [2, 2])[0, 0].tolist()
     [[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]
     """
-    spec = schema.resolve("Col2Im", opset)
-    x, launch = prepare(spec, x, image_shape, block_shape, dilations=dilations, pads=pads,
-                        strides=strides)
+    x, launch = _LAUNCHES.prepared(
+        x, (image_shape, block_shape, dilations, pads, strides), (opset,),
+        lambda: prepare(schema.resolve("Col2Im", opset), x, image_shape, block_shape,
+                        dilations=dilations, pads=pads, strides=strides))
     return launch(x)
+
+
+# The launches of calls checked before (see CallCache): a launch keeps its kernel's crew,
+# whose first threaded call looks the kernel up (about 0.1 ms, numba's Python typeof).
+_LAUNCHES = CallCache()
 
 
 def prepare(spec, x, image_shape, block_shape, *, dilations=None, pads=None, strides=None):
@@ -111,6 +118,7 @@ class FoldLaunch:
             self.identity = fold_identity(dtype)
         self.block_size = math.prod(plan.kernel)
         self.parts = split_parts(self.planes, x_size + math.prod(out_shape), threads)
+        self.crew = Crew()  # its threaded calls run without the GIL once compiled
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.strings:
@@ -130,6 +138,7 @@ class FoldLaunch:
                 False,  # a fresh image: overwrite
                 np.empty((planes, 2 * self.plan.rank), np.int64),  # the kernel's counters
                 parts=self.parts,
+                crew=self.crew,
             )
         return out.astype(x.dtype) if self.half else out
 
