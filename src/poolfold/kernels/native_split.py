@@ -84,7 +84,11 @@ def _call_kernel(typingctx, address, returns, arguments, start, stop):
         exception_slot = cgutils.alloca_once(builder, function_type.args[1].pointee)
         flat = list(context.get_arg_packer(argument_types).as_arguments(builder, values))
         code = builder.call(kernel, [return_slot, exception_slot, *flat])
-        raised = builder.icmp_signed("!=", code, ir.Constant(code.type, 0))
+        # numba's statuses: 0 returned, -2 returned none (as CPUCallConv reads them); any
+        # other is an exception
+        raised = builder.not_(builder.or_(
+            builder.icmp_signed("==", code, ir.Constant(code.type, 0)),
+            builder.icmp_signed("==", code, ir.Constant(code.type, -2))))
         i64 = ir.IntType(64)
         if isinstance(returned, types.NoneType):
             value = ir.Constant(i64, 0)

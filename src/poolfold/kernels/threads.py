@@ -30,15 +30,12 @@ _SPINNING: handoff.SpinningPool | bool | None = None  # False: POOLFOLD_SPIN_US=
 _POOL_LOCK = threading.Lock()
 
 
-THREADS_ENV = "POOLFOLD_NUM_THREADS"
-
-
 def kernel_threads() -> int:
     """``POOLFOLD_NUM_THREADS`` if set (capped at numba's thread count), else numba's setting.
 
     Read on every call (a bad value warns whatever the call's size); its parse is kept per
     text, as a model asks this several times a run."""
-    value = os.environ.get(THREADS_ENV)
+    value = os.environ.get("POOLFOLD_NUM_THREADS")
     if not value:
         return _numba_threads()
     wanted = _parse_threads(value)
@@ -181,8 +178,8 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
 
     With a ``crew`` (the caller's, kept for every call of the same kernel on arguments of
     the same types), the pieces run without the GIL (:mod:`.native_split`): then a piece
-    costs no Python, and the call is cut into :data:`PIECES_PER_THREAD` pieces a thread
-    whatever its work."""
+    costs no Python, only the kernel's own setup, and the pieces beyond one a thread need
+    only :data:`MIN_WORK_PER_NATIVE_PIECE` each."""
     if parts is None:
         parts = split_parts(count, work)
     if parts == 1:
@@ -192,12 +189,7 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
         done = _run_native(spinning, crew, kernel, count, parts, work, args)
         if done is not None:
             return done
-    pieces = parts * PIECES_PER_THREAD
-    if work is not None:
-        # a whole number of pieces a thread: 3 pieces on 2 threads of equal speed leave one
-        # of them two thirds of the call
-        pieces = max(parts, min(pieces, work // MIN_WORK_PER_PIECE) // parts * parts)
-    pieces = min(count, pieces)
+    pieces = _piece_count(count, parts, work, MIN_WORK_PER_PIECE)
     bounds = [count * i // pieces for i in range(pieces + 1)]
     claims = itertools.count()  # next() on it is atomic: each piece is claimed once
 
@@ -223,16 +215,26 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
     return [result for _, result in sorted(done, key=lambda d: d[0])]
 
 
+def _piece_count(count: int, parts: int, work: int | None, least: int) -> int:
+    """How many pieces a call of ``count`` items on ``parts`` threads is cut into:
+    :data:`PIECES_PER_THREAD` a thread, but where ``work`` is known only as many as give
+    each piece beyond the first of a thread ``least`` elements of work, a whole number a
+    thread (3 pieces on 2 threads of equal speed leave one of them two thirds of the call);
+    never more than the items."""
+    pieces = parts * PIECES_PER_THREAD
+    if work is not None:
+        pieces = max(parts, min(pieces, work // least) // parts * parts)
+    return min(count, pieces)
+
+
 def _run_native(spinning, crew, kernel, count: int, parts: int, work: int | None,
                 args: tuple) -> list | None:
     """:func:`launch_split`'s call run by :func:`poolfold.kernels.native_split.run_pieces`:
     what each piece returned, or None where another call holds the spinning threads.  A
     piece that raised (the kernel's own bounds checks) makes the whole call run again in
     Python, which raises the error."""
-    pieces = parts * PIECES_PER_THREAD
-    if work is not None:  # a whole number of pieces a thread, as in launch_split
-        pieces = max(parts, min(pieces, work // MIN_WORK_PER_NATIVE_PIECE) // parts * parts)
-    bounds, results = crew.pieces(count, min(count, pieces))
+    bounds, results = crew.pieces(
+        count, _piece_count(count, parts, work, MIN_WORK_PER_NATIVE_PIECE))
     affinity.steer_workers()
     raised = spinning.run_native(native_split.run_pieces, bounds, results, parts - 1,
                                  crew.address, crew.returns, args)
