@@ -102,7 +102,8 @@ def test_the_spinning_thread_takes_pieces():
     _count(y, 0, 0)
     crew = native_split.Crew()
     assert crew.resolve(_count, (y,))
-    bounds, results = crew.pieces(2, 2)
+    crew.cut((2, 2, None), 2, 2)
+    bounds, results = crew.bounds, crew.results()
     joined, calls = 0, 0
     deadline = time.monotonic() + 30
     while joined < 5 and time.monotonic() < deadline:

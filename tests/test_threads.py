@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import poolfold
-from poolfold.kernels import affinity, threads
+from poolfold.kernels import affinity, environment, threads
 
 THREADS = 4
 ROUNDS = 10
@@ -191,6 +191,21 @@ def test_num_threads_is_read_afresh_each_call(monkeypatch):
     assert threads.kernel_threads() == numba_threads
     monkeypatch.delenv("POOLFOLD_NUM_THREADS")
     assert threads.kernel_threads() == numba_threads
+
+
+@pytest.mark.parametrize("value", ["3", "", " 2 ", "é", "a=b"])
+def test_environment_reads_what_os_environ_holds(monkeypatch, value):
+    """The settings' reader (the C library's getenv on POSIX) sees every write made through
+    os.environ, as os.environ.get does: a value set, changed and removed."""
+    name = "POOLFOLD_TEST_SETTING"
+    monkeypatch.delenv(name, raising=False)
+    assert environment.read(name) is None
+    monkeypatch.setenv(name, value)
+    assert environment.read(name) == os.environ.get(name) == value
+    monkeypatch.setenv(name, value + "0")
+    assert environment.read(name) == value + "0"
+    monkeypatch.delenv(name)
+    assert environment.read(name) is None
 
 
 def test_unset_num_threads_follows_numba_once_its_layer_runs():

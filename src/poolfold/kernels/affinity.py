@@ -66,7 +66,9 @@ def _current_cpu_reader():
     try:
         import ctypes
 
-        reader = ctypes.CDLL(None, use_errno=True).sched_getcpu
+        # called holding the GIL, and without errno's copy: a call takes half the time (a
+        # vDSO read, nothing to wait for), and it is made on every threaded call
+        reader = ctypes.PyDLL(None).sched_getcpu
         reader.restype = ctypes.c_int
         return reader if reader() >= 0 else None
     except (OSError, AttributeError):  # no such call in this C library

@@ -177,29 +177,28 @@ class Crew:
     not compiled for them, or :func:`run_pieces` not yet compiled for them: see
     :func:`poolfold.kernels.threads.launch_split`)."""
 
-    __slots__ = ("kernel", "address", "returns", "checked", "bounds", "scratch")
+    __slots__ = ("kernel", "address", "returns", "checked", "split", "bounds", "scratch")
 
     def __init__(self):
         self.kernel = None
         self.address = 0
         self.returns = None
         self.checked = False
+        self.split = None
         self.bounds = np.zeros(1, np.int64)
         self.scratch = np.zeros(0, np.int64)
 
-    def pieces(self, count: int, pieces: int) -> tuple[np.ndarray, np.ndarray]:
-        """The bounds of ``pieces`` pieces of ``[0, count)`` (kept: a launch's calls cut
-        alike), and an array for what each returns: a new one where the kernel returns a
-        value (it is read after the spinning threads are let go), else one kept."""
-        bounds = self.bounds
-        if bounds[-1] != count or len(bounds) != pieces + 1:
-            bounds = np.arange(pieces + 1, dtype=np.int64) * count // pieces
-            self.bounds = bounds
-        if self.returns is not None:
-            return bounds, np.zeros(pieces, np.int64)
-        if len(self.scratch) < pieces:
-            self.scratch = np.zeros(pieces, np.int64)
-        return bounds, self.scratch
+    def cut(self, split, count: int, pieces: int) -> None:
+        """Keep the bounds of ``pieces`` pieces of ``[0, count)`` for the calls that
+        ``split`` (the caller's key: a launch's calls cut alike) describes."""
+        self.split = split
+        self.bounds = np.arange(pieces + 1, dtype=np.int64) * count // pieces
+        self.scratch = np.zeros(pieces, np.int64)
+
+    def results(self) -> np.ndarray:
+        """An array for what each piece returns: a new one where the kernel returns a value
+        (it is read after the spinning threads are let go), else one kept."""
+        return self.scratch if self.returns is None else np.zeros(len(self.scratch), np.int64)
 
     def resolve(self, kernel, arguments: tuple) -> bool:
         """Whether ``kernel(*arguments, start, stop)`` can run natively; found once."""

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numba
 
-from . import affinity, handoff, native_split
+from . import affinity, environment, handoff, native_split
 
 _POOL: ThreadPoolExecutor | None = None
 _SPINNING: handoff.SpinningPool | bool | None = None  # False: POOLFOLD_SPIN_US=0
@@ -33,9 +33,10 @@ _POOL_LOCK = threading.Lock()
 def kernel_threads() -> int:
     """``POOLFOLD_NUM_THREADS`` if set (capped at numba's thread count), else numba's setting.
 
-    Read on every call (a bad value warns whatever the call's size); its parse is kept per
+    Read on every call (a bad value warns whatever the call's size; read as
+    :mod:`.environment` says, at a third of ``os.environ``'s cost); its parse is kept per
     text, as a model asks this several times a run."""
-    value = os.environ.get("POOLFOLD_NUM_THREADS")
+    value = environment.read("POOLFOLD_NUM_THREADS")
     if not value:
         return _numba_threads()
     wanted = _parse_threads(value)
@@ -184,7 +185,7 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
         parts = split_parts(count, work)
     if parts == 1:
         return [kernel(*args, 0, count)]
-    spinning = _spinning_pool()
+    spinning = _SPINNING or _spinning_pool()  # the lock only until the threads start
     if crew is not None and spinning is not None and crew.resolve(kernel, args):
         done = _run_native(spinning, crew, kernel, count, parts, work, args)
         if done is not None:
@@ -233,8 +234,10 @@ def _run_native(spinning, crew, kernel, count: int, parts: int, work: int | None
     what each piece returned, or None where another call holds the spinning threads.  A
     piece that raised (the kernel's own bounds checks) makes the whole call run again in
     Python, which raises the error."""
-    bounds, results = crew.pieces(
-        count, _piece_count(count, parts, work, MIN_WORK_PER_NATIVE_PIECE))
+    split = (count, parts, work)
+    if split != crew.split:  # a launch's calls are cut alike: the cut is kept
+        crew.cut(split, count, _piece_count(count, parts, work, MIN_WORK_PER_NATIVE_PIECE))
+    bounds, results = crew.bounds, crew.results()
     affinity.steer_workers()
     raised = spinning.run_native(native_split.run_pieces, bounds, results, parts - 1,
                                  crew.address, crew.returns, args)

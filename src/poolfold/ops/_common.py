@@ -30,11 +30,14 @@ class CallCache:
         be hashed, see :meth:`prepared`)."""
         if type(x) is not np.ndarray or not x.dtype.isnative:
             return None
-        attributes = tuple(map(exact_key, windows))
-        if INEXACT in attributes:
-            return None
-        return (x.shape, x.dtype, attributes, scalars, tuple(map(type, scalars)),
-                kernel_threads())
+        # one flat tuple: hashed on every call, where nested ones cost twice as much
+        key = [x.shape, x.dtype, kernel_threads(), *scalars, *map(type, scalars)]
+        for values in windows:
+            exact = exact_key(values)
+            if exact is INEXACT:
+                return None
+            key.append(exact)
+        return tuple(key)
 
     def prepared(self, x, windows: tuple, scalars: tuple, prepare) -> tuple:
         """X and the launch that pools it: the one kept for the call's :meth:`key`, else
@@ -118,6 +121,22 @@ def kernel_input(array: np.ndarray) -> np.ndarray:
     view = array.view()
     view.flags.writeable = False
     return view
+
+
+def kernel_rows(x: np.ndarray, rows: int, value_type: np.dtype) -> np.ndarray:
+    """X's values as ``rows`` rows of ``value_type`` (the kernel's view of X's type), read
+    only as :func:`kernel_input`."""
+    view = as_rows(np.ascontiguousarray(x), rows, value_type)  # a new view: its flag its own
+    view.flags.writeable = False
+    return view
+
+
+def as_rows(array: np.ndarray, rows: int, value_type: np.dtype) -> np.ndarray:
+    """A C-contiguous ``array`` as ``rows`` > 0 rows of ``value_type``, in as few numpy calls
+    as can make it: a batch-1 call makes this each time, and runs in a few tens of
+    microseconds all told."""
+    view = array.reshape(rows, -1)
+    return view if view.dtype is value_type else view.view(value_type)
 
 
 def native(array):

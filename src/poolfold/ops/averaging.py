@@ -29,7 +29,7 @@ from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RU
                                   scaled_plane_sums, scaled_window_sums, window_sums)
 from ..kernels.window_rows import BLOCK_ELEMENTS as ROW_BLOCK_ELEMENTS, window_rows
 from ..memory import allocate, check_size, check_table
-from ._common import CallCache, activate, as_tensor, flag, kernel_input
+from ._common import CallCache, activate, as_rows, as_tensor, flag, kernel_rows
 from .layout import channels_last_order, is_channels_last, nchw_order
 from .max_pool import resolve_plan
 
@@ -311,11 +311,16 @@ class _Launch:
             y[...] = self.empty
         if self.kernel is None:
             return y
-        xs = kernel_input(dtypes.value_view(np.ascontiguousarray(x)).reshape(self.outer, -1))
-        ys = dtypes.value_view(y).reshape(self.outer, -1)
+        xs = kernel_rows(x, self.outer, self.value_type)
+        ys = as_rows(y, self.outer, self.value_type)
         launch_split(self.kernel, self.count, *self._arrays(xs, ys), *self.arguments,
                      parts=self.parts, work=self.work, crew=self.crew)
         return y
+
+    @functools.cached_property
+    def value_type(self) -> np.dtype:
+        """The kernels' view of X's type (:func:`poolfold.dtypes.value_view`)."""
+        return dtypes.value_view(np.empty(0, self.dtype)).dtype
 
     def _arrays(self, xs, ys) -> tuple:
         if self.flat:
@@ -580,6 +585,11 @@ class _GlobalLaunch(_Launch):
         self.kernel = window_sums
         self.arguments = _window_sums_arguments(tables, dtype, kind == "average", p,
                                                 layout.channels, block, 1)
+
+    @functools.cached_property
+    def value_type(self) -> np.dtype:
+        """The kernels' view of X's type (:func:`poolfold.dtypes.value_view`)."""
+        return dtypes.value_view(np.empty(0, self.dtype)).dtype
 
     def _arrays(self, xs, ys) -> tuple:
         if self.keys is not None:

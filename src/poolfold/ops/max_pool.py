@@ -24,7 +24,7 @@ from ..kernels.threads import PIECES_PER_THREAD, kernel_threads, launch_split, s
 from ..kernels.window_max import window_max, window_max_separable, window_max_tiles
 from ..kernels.words import has_words, word_type, words_view
 from ..memory import allocate, check_size, check_table
-from ._common import CallCache, as_tensor, flag, kernel_input
+from ._common import CallCache, as_rows, as_tensor, flag, kernel_input, kernel_rows
 
 
 def resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
@@ -970,9 +970,9 @@ class _PoolLaunch:
         planes = self.planes
         if planes == 0:
             return y, indices
-        xs = kernel_input(np.ascontiguousarray(x).reshape(planes, -1).view(self.value_type))
+        xs = kernel_rows(x, planes, self.value_type)
         index_rows = indices.reshape(planes, -1) if indices is not None else None
-        ys = y.reshape(planes, -1).view(self.value_type)
+        ys = as_rows(y, planes, self.value_type)
         kernel = self.kernel
         if kernel == TILES:
             slices = self.kernel_planes  # planes, or slices of them (see __init__)
@@ -1113,9 +1113,9 @@ class _ChannelsLastLaunch:
         indices = allocate(self.label, "Indices", self.index_shape, np.int64,
                            size_checked=True) if self.return_indices else None
         n = self.samples
-        xs = kernel_input(np.ascontiguousarray(x).reshape(n, -1).view(self.value_type))
+        xs = kernel_rows(x, n, self.value_type)
         tables = self.tables
-        ys = y.reshape(n, -1).view(self.value_type)
+        ys = as_rows(y, n, self.value_type)
         if self.kernel == ROWS:
             kernel = rows.max_rows
             arguments = (xs, ys, tables.axes, tables.taps, tables.lead, tables.setup,
