@@ -334,9 +334,9 @@ def test_session_options_pass_through():
     sessions = [step.session for step in rep.steps if step.runner == "onnxruntime"]
     assert len(sessions) == 4
     for session in sessions:
-        # idle threads do not spin between stretches, where poolfold's kernels run
-        spinning = "session.intra_op.allow_spinning"
-        assert session.get_session_options().get_session_config_entry(spinning) == "0"
+        # idle threads stop spinning when a stretch returns: poolfold's kernels run next
+        stop = poolfold.backend.STOP_SPINNING
+        assert session.get_session_options().get_session_config_entry(stop) == "1"
         assert session.get_session_options().intra_op_num_threads == 1
         assert session.get_session_options().inter_op_num_threads == 1
         assert session.get_providers() == ["CPUExecutionProvider"]
@@ -762,9 +762,10 @@ def test_external_data_weights_are_mapped_not_copied(tmp_path):
 
 def test_one_session_alone_keeps_onnxruntime_spinning():
     """Where no poolfold node runs between sessions, the one session keeps onnxruntime's
-    default (its threads spin between runs); with poolfold's kernels between, they do not."""
+    default (its threads spin between runs); with poolfold's kernels between, they stop
+    when a stretch returns."""
     model, _ = _conv_pool_conv()
-    spinning = "session.intra_op.allow_spinning"
+    spinning = poolfold.backend.STOP_SPINNING
     alone = poolfold.backend.prepare(model, poolfold_nodes="needed")
     assert [s.runner for s in alone.steps] == ["onnxruntime"]
     with pytest.raises(RuntimeError):  # not set: onnxruntime's default
@@ -772,4 +773,4 @@ def test_one_session_alone_keeps_onnxruntime_spinning():
     split = poolfold.backend.prepare(model)
     for step in split.steps:
         if step.runner == "onnxruntime":
-            assert step.session.get_session_options().get_session_config_entry(spinning) == "0"
+            assert step.session.get_session_options().get_session_config_entry(spinning) == "1"
