@@ -90,6 +90,9 @@ CASES = (
          relu=True),
     Case("2d-k3-s2-ceil-b1-relu", (1, 256, 54, 54), (3, 3), strides=(2, 2), ceil_mode=1,
          relu=True),
+    # inception-style: many channels on small planes (googlenet's last blocks)
+    Case("2d-k3-s1-p1-c832-7-b1", (1, 832, 7, 7), (3, 3), pads=(1, 1, 1, 1), ceil_mode=1),
+    Case("2d-k2-s2-c832-14-b1", (1, 832, 14, 14), (2, 2), strides=(2, 2), ceil_mode=1),
     # rank 2, other types
     Case("2d-k3-s2-p1-f16", (8, 64, 112, 112), (3, 3), strides=(2, 2), pads=(1, 1, 1, 1),
          dtype="float16"),
