@@ -44,6 +44,12 @@ def bits_view(a: np.ndarray) -> np.ndarray:
     return a.view(np.uint16) if a.dtype in _HALF else a
 
 
+def value_type(dtype: np.dtype) -> np.dtype:
+    """The type :func:`value_view` gives an array of ``dtype``: what a launch views X and Y
+    as on every call."""
+    return value_view(np.empty(0, dtype)).dtype
+
+
 def value_view(a: np.ndarray) -> np.ndarray:
     """A view of ``a`` (no copy) whose elements kernels read as its values: float16 as
     ``uint16`` bits and bfloat16 as ``int16`` bits, told apart by type and widened by

@@ -319,8 +319,8 @@ class _Launch:
 
     @functools.cached_property
     def value_type(self) -> np.dtype:
-        """The kernels' view of X's type (:func:`poolfold.dtypes.value_view`)."""
-        return dtypes.value_view(np.empty(0, self.dtype)).dtype
+        """The kernels' view of X's type, found on the first call."""
+        return dtypes.value_type(self.dtype)
 
     def _arrays(self, xs, ys) -> tuple:
         if self.flat:
@@ -585,11 +585,6 @@ class _GlobalLaunch(_Launch):
         self.kernel = window_sums
         self.arguments = _window_sums_arguments(tables, dtype, kind == "average", p,
                                                 layout.channels, block, 1)
-
-    @functools.cached_property
-    def value_type(self) -> np.dtype:
-        """The kernels' view of X's type (:func:`poolfold.dtypes.value_view`)."""
-        return dtypes.value_view(np.empty(0, self.dtype)).dtype
 
     def _arrays(self, xs, ys) -> tuple:
         if self.keys is not None:

@@ -914,7 +914,7 @@ class _PoolLaunch:
         self.dims = (dims.in_shape, dims.out_shape)
         self.ready = False  # the chosen kernel known to run without compiling (see _ready)
         self.stand_in = forced is None  # the direct scan may stand in while it compiles
-        self.value_type = dtypes.value_view(np.empty(0, dtype)).dtype
+        self.value_type = dtypes.value_type(dtype)
         self.passes = None
         self.separable = None
         self.rows = None
@@ -1102,7 +1102,7 @@ class _ChannelsLastLaunch:
             self.tables = passes_tables(label, plan, n, dtype.itemsize, return_indices,
                                         storage_order, c, split_parts(n, work, threads))
         self.parts = split_parts(self.tables.items, work, threads)
-        self.value_type = dtypes.value_view(np.empty(0, dtype)).dtype
+        self.value_type = dtypes.value_type(dtype)
         self.no_words = kernel_input(words_view(np.empty((0, 1), self.value_type)).reshape(-1))
         self.empty_value = _empty_value(dtype)
         self.ready = False
