@@ -405,10 +405,11 @@ def _session_options(options: Mapping[str, Any], between_kernels: bool = True):
             # stretches that work is poolfold's kernels, whose threads they then slow down
             # (on 2 busy cores, the bundled model took 0.4 s a run with spinning, 34 ms
             # without).  So they stop spinning when a stretch's run returns, but spin
-            # between its own nodes as in one session: with spinning off altogether each
-            # node's threads were woken from sleep (googlenet's stretches 25.1 ms a run
-            # against 27.3, squeezenet's 14.7 against 16.4).  A model that is one session
-            # alone keeps onnxruntime's default.
+            # between its own nodes as in one session, where spinning off altogether wakes
+            # each node's threads from sleep.  Measured, googlenet and squeezenet: the same
+            # within 3% on a quiet machine; their stretches 8-10% faster with the load
+            # average at 1.3-1.4.  A model that is one session alone keeps onnxruntime's
+            # default.
             given.add_session_config_entry(STOP_SPINNING, "1")
         for name, count in threads.items():
             setattr(given, name, int(count))
