@@ -43,6 +43,8 @@ PROPERTY_TESTS = [
     "tests/test_max_pool_kernels.py::test_rows_by_short_ladders_match_oracle",
     "tests/test_max_pool_kernels.py::test_row_blocks_forced_match_oracle",
     "tests/test_max_pool_kernels.py::test_row_blocks_of_one_row_match_oracle",
+    "tests/test_max_pool_kernels.py::test_plane_lanes_forced_match_oracle",
+    "tests/test_max_pool_kernels.py::test_plane_lanes_match_oracle",
     "tests/test_max_pool_kernels.py::test_forced_kernel_channels_last_matches_oracle",
     "tests/test_window_kernels.py::test_tiling_windows_match_the_oracle",
     "tests/test_window_kernels.py::test_few_tiled_planes_are_cut_into_slices_the_threads_share",

@@ -496,14 +496,15 @@ def test_large_sizes_against_oracle(shape, kernel, kw, dtype):
 
 # Each kernel forced (poolfold.ops.max_pool.forced_kernel) on the small cases the oracle can
 # afford; tests/test_max_pool_kernels.py goes further per kernel.
-KERNEL_PATHS = ["direct", "passes", "separable", "rows", "row_blocks"]
+KERNEL_PATHS = ["direct", "passes", "separable", "rows", "row_blocks", "plane_lanes"]
 
 
 @pytest.mark.parametrize("path", KERNEL_PATHS)
 @settings(max_examples=120)
 @given(data=st.data())
 def test_each_kernel_path_matches_oracle(path, data):
-    from poolfold.ops.max_pool import choose_kernel, forced_kernel, resolve_plan, row_blocks_fit
+    from poolfold.ops.max_pool import (choose_kernel, forced_kernel, plane_lanes_fit,
+                                       resolve_plan, row_blocks_fit)
 
     case = data.draw(pool_cases(rank=data.draw(st.sampled_from([1, 2, 2, 3, 3, 4]))))
     with forced_kernel(path) as override:
@@ -511,16 +512,20 @@ def test_each_kernel_path_matches_oracle(path, data):
     plan = resolve_plan(poolfold.schema.resolve("MaxPool", case.opset), case.x.shape,
                         case.kernel_shape, case.strides, case.pads, case.dilations,
                         case.auto_pad, case.ceil_mode)
+    merged = 1
     if case.storage_order == 0:  # the launch pools the plan without its in-place axes
-        plan = plan.planes_from_leading_axes()[0]
+        plan, merged = plan.planes_from_leading_axes()
     # the kernel forced, unless it cannot pool the plan (the separable kernel cannot stage
     # every plan; the row kernels give no Indices, the row blocks take short rows and
     # windows; no kernel but the direct scan takes a 0-size axis); none for no planes
     expected, _ = choose_kernel(plan, case.x.dtype.itemsize, case.storage_order, path,
-                                not case.return_indices)
+                                not case.return_indices,
+                                planes=case.x.shape[0] * case.x.shape[1] * merged)
     takes = {"direct": True, "passes": True, "separable": False,
              "rows": not case.return_indices,
-             "row_blocks": not case.return_indices and row_blocks_fit(plan)}[path]
+             "row_blocks": not case.return_indices and row_blocks_fit(plan),
+             "plane_lanes": not case.return_indices and plane_lanes_fit(
+                 plan, case.x.dtype.itemsize)}[path]
     if takes and min(plan.in_shape) > 0:
         assert expected == path
     assert set(override.ran) <= {expected} and len(override.ran) <= 1

@@ -25,8 +25,8 @@ import oracle
 import poolfold
 from poolfold.kernels import max_rows as rows_module
 from poolfold.ops import max_pool as max_pool_module
-from poolfold.ops.max_pool import (DIRECT, PASSES, ROW_BLOCKS, ROWS, SEPARABLE, TILES,
-                                   forced_kernel)
+from poolfold.ops.max_pool import (DIRECT, PASSES, PLANE_LANES, ROW_BLOCKS, ROWS, SEPARABLE,
+                                   TILES, forced_kernel)
 
 DTYPES = [np.dtype(t) for t in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16,
                                 np.int8, np.uint8)]
@@ -36,7 +36,7 @@ GENERAL = [PASSES, DIRECT]
 # ...and the kernel that pools any channels-first plan without Indices.
 PLAIN = [ROWS]
 # The kernels that pool without Indices only.
-WITHOUT_INDICES = (ROWS, ROW_BLOCKS)
+WITHOUT_INDICES = (ROWS, ROW_BLOCKS, PLANE_LANES)
 
 
 @contextlib.contextmanager
@@ -209,6 +209,86 @@ def test_row_blocks_forced_match_oracle(call):
     rows, strides 1-4 and beyond."""
     x, kernel_shape, attributes = call
     check_row_blocks(x, kernel_shape, **attributes)
+
+
+def plan_of(x, kernel_shape, attributes):
+    return max_pool_module.resolve_plan(
+        poolfold.schema.resolve("MaxPool", None), x.shape, kernel_shape,
+        attributes.get("strides"), attributes.get("pads"), attributes.get("dilations"),
+        attributes.get("auto_pad", "NOTSET"), attributes.get("ceil_mode", False))
+
+
+def check_plane_lanes(x, kernel_shape, **attributes):
+    """The plane lanes forced where they can pool the plan; elsewhere (a 1-byte type, large
+    planes, long windows) forcing them falls back to another kernel, whose values are
+    right."""
+    if max_pool_module.plane_lanes_fit(plan_of(x, kernel_shape, attributes), x.dtype.itemsize):
+        check(PLANE_LANES, x, kernel_shape, **attributes)
+        return
+    want = oracle.max_pool(
+        x, kernel_shape, strides=attributes.get("strides"), pads=attributes.get("pads"),
+        dilations=attributes.get("dilations"), auto_pad=attributes.get("auto_pad", "NOTSET"),
+        ceil_mode=attributes.get("ceil_mode", False))[0]
+    with forced_kernel(PLANE_LANES) as override:
+        y = poolfold.max_pool(x, kernel_shape, **attributes)
+    assert override.ran and override.ran != [PLANE_LANES]
+    assert same_bits(y, want)
+
+
+@settings(max_examples=150)
+@given(call=calls())
+def test_plane_lanes_forced_match_oracle(call):
+    """The plane lanes on every plan they take: ranks 1-4, cut and empty windows, strides,
+    dilations, planes shorter than a tile and outputs fewer than a tile's side."""
+    x, kernel_shape, attributes = call
+    check_plane_lanes(x, kernel_shape, **attributes)
+
+
+# Planes across blocks (64 float32, 32 float64 at a time; the last block partly filled),
+# planes and outputs shorter and longer than a tile (16 float32), windows cut and empty.
+PLANE_LANES_CASES = [
+    ((1, 70, 7, 7), [3, 3], dict(pads=[1, 1, 1, 1])),
+    ((2, 37, 14, 14), [2, 2], dict(strides=[2, 2])),
+    ((1, 130, 9, 11), [3, 2], dict(strides=[2, 1], pads=[1, 0, 2, 1])),
+    ((3, 11, 4, 4), [2, 2], dict(pads=[0, 0, 3, 3])),  # windows of padding only
+    ((1, 65, 40), [5], dict(strides=[3], dilations=[2], ceil_mode=True)),
+    ((1, 33, 5, 6, 7), [3, 3, 3], dict(strides=[2, 1, 1], pads=[1] * 6)),
+    ((2, 40, 28, 28), [3, 3], dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+]
+
+
+@pytest.mark.parametrize("nan", [True, False], ids=["nan", "no-nan"])
+@pytest.mark.parametrize("dtype", DTYPES[:4], ids=lambda t: t.name)
+@pytest.mark.parametrize("shape, kernel_shape, attributes", PLANE_LANES_CASES)
+def test_plane_lanes_match_oracle(shape, kernel_shape, attributes, dtype, nan):
+    """Many planes, with NaNs (every block folds NaN-aware) and without (plain comparisons:
+    ties of -0.0 and +0.0 must keep the first in window order all the same)."""
+    rng = np.random.default_rng(zlib.crc32(f"{shape}-{kernel_shape}-{nan}".encode()))
+    x = values(rng, shape, dtype, nan_rate=0.02 if nan else 0.0)
+    check(PLANE_LANES, x, kernel_shape, **attributes)
+
+
+def test_plane_lanes_chosen_for_small_planes_without_indices():
+    spec = poolfold.schema.resolve("MaxPool", None)
+
+    def chosen(shape, kernel_shape, strides, itemsize=4, by_rows=True, planes=None):
+        plan = max_pool_module.resolve_plan(spec, shape, kernel_shape, strides,
+                                            [1] * 2 * (len(shape) - 2), None, "NOTSET", False)
+        planes = shape[0] * shape[1] if planes is None else planes
+        return max_pool_module.choose_kernel(plan, itemsize, 0, None, by_rows,
+                                             planes=planes)[0]
+
+    assert chosen((1, 832, 7, 7), [3, 3], [1, 1]) == PLANE_LANES  # Inception's late pools
+    assert chosen((1, 832, 14, 14), [2, 2], [2, 2]) == PLANE_LANES  # before the tiles
+    assert chosen((1, 64, 32, 32), [3, 3], [1, 1], itemsize=2) == PLANE_LANES
+    assert chosen((1, 64, 8, 8, 8), [3, 3, 3], [1, 1, 1], itemsize=8) == PLANE_LANES
+    assert chosen((1, 64, 56, 56), [3, 3], [2, 2]) != PLANE_LANES  # planes too large
+    assert chosen((1, 64, 20, 20), [3, 3], [1, 1], itemsize=8) != PLANE_LANES  # 2-D float64
+    assert chosen((1, 832, 7, 7), [3, 3], [1, 1], itemsize=1) != PLANE_LANES  # 1-byte types
+    assert chosen((1, 832, 7, 7), [3, 3], [1, 1], by_rows=False) != PLANE_LANES  # Indices
+    assert chosen((1, 2, 7, 7), [3, 3], [1, 1]) != PLANE_LANES  # too few planes
+    assert chosen((1, 832, 7, 7), [3, 3], [1, 1], planes=0) != PLANE_LANES  # channels-last
+    assert chosen((1, 64, 31, 31), [9, 9], [1, 1]) != PLANE_LANES  # too many taps an output
 
 
 RELU_CASES = [
@@ -404,7 +484,7 @@ def test_leading_axes_of_one_tap_are_planes(shape, kernel_shape, attributes, pla
             attributes.get("strides"), attributes.get("pads"), attributes.get("dilations"),
             "NOTSET", False).planes_from_leading_axes()[0]
         assert launch.kernel == max_pool_module.choose_kernel(
-            plan, dtype.itemsize, 0, None, launch is launches[0])[0]
+            plan, dtype.itemsize, 0, None, launch is launches[0], planes=planes)[0]
 
 
 @pytest.mark.parametrize("kernel", GENERAL)
@@ -434,7 +514,8 @@ def test_tiles_and_separable_forced_where_they_apply(dtype):
 
 
 def test_a_forced_kernel_that_cannot_pool_the_plan_falls_back_and_says_so():
-    x = np.arange(2 * 3 * 7 * 40, dtype=np.float32).reshape(2, 3, 7, 40)  # rows not short
+    # rows not short, too few planes for the plane lanes
+    x = np.arange(3 * 7 * 40, dtype=np.float32).reshape(1, 3, 7, 40)
     with forced_kernel(TILES) as override:
         poolfold.max_pool(x, [3, 3])
     assert override.ran == [PASSES]

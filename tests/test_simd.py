@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from numba import literal_unroll, njit
 
 from poolfold import dtypes
-from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, UNROLL, fold_strided, fold_vectors,
-                                  sum_strided, zeros_and_nans)
+from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, UNROLL, fold_strided, fold_taps,
+                                  fold_vectors, sum_strided, transpose_tile, vector_width,
+                                  zeros_and_nans)
 
 TYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8")
 
@@ -31,6 +32,24 @@ def _fold_strided(dst, to, src, at, count, stride, taps, dilation):
     for literal in literal_unroll((1, 2, 3, 4)):  # the stride as the literal it must be
         if stride == literal:
             fold_strided(dst, to, src, at, count, literal, taps, dilation)
+
+
+@njit
+def _fold_taps(dst, to, src, starts, first, taps, count, no_nan):
+    if no_nan:
+        fold_taps(dst, to, src, starts, first, taps, count, True)
+    else:
+        fold_taps(dst, to, src, starts, first, taps, count, False)
+
+
+@njit
+def _transpose_tile(dst, dst_at, dst_pitch, stores, src, src_at, src_pitch, loads):
+    return transpose_tile(dst, dst_at, dst_pitch, stores, src, src_at, src_pitch, loads)
+
+
+@njit
+def _vector_width(x):
+    return vector_width(x)
 
 
 def values(dtype: str, size: int, seed: int) -> np.ndarray:
@@ -124,6 +143,50 @@ def test_fold_strided_keeps_the_first_maximum(dtype, stride):
             got = run_fold_strided(x, MOST + 5, to, at, count, stride, taps, dilation)
             assert got == expected(x, MOST + 5, to, starts, count, stride), (
                 dtype, stride, count, taps, dilation)
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+def test_fold_taps_keeps_the_first_maximum(dtype):
+    """Each output's taps from a shared table; with ``no_nan`` (plain comparisons) on taps
+    that hold no NaN, the first of equal values (-0.0 before +0.0) is still kept."""
+    rng = np.random.default_rng(7)
+    for no_nan in (False, True):
+        x = values(dtype, 300 + MOST, seed=11)
+        if no_nan and dtype not in ("int8", "uint8"):
+            x[np.isnan(x.astype(np.float64))] = -0.0
+        table = rng.integers(0, 300, 40).tolist()
+        for count in (1, 15, 16, 17, UNROLL * 16, UNROLL * 64):
+            for first, taps in ((0, 1), (3, 4), (10, 9), (1, 39)):
+                starts = table[first:first + taps]
+                got = dtypes.value_view(np.zeros(count + 5, x.dtype))
+                _fold_taps(got, 2, dtypes.value_view(x), np.asarray(table, np.int64), first,
+                           taps, count, no_nan)
+                assert got.view(np.uint8).tobytes() == expected(
+                    x, count + 5, 2, starts, count, 1), (dtype, no_nan, count, first, taps)
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+def test_transpose_tile_moves_rows_to_columns(dtype):
+    """A tile of W x W: rows from ``loads`` on repeat the row below them, columns from
+    ``stores`` on are not written, and whether a row loaded holds a NaN is returned."""
+    x = values(dtype, 6000, seed=3)
+    xv = dtypes.value_view(x)
+    width = _vector_width(xv)
+    for loads, stores in ((width, width), (3, width), (width, 5), (1, 1)):
+        src_at, src_pitch, dst_at, dst_pitch = 7, width + 9, 3, width + 2
+        dst = np.zeros(3 + width * dst_pitch + width, xv.dtype)
+        nan = _transpose_tile(dst, dst_at, dst_pitch, stores, xv, src_at, src_pitch, loads)
+        want = np.zeros_like(dst)
+        rows = []
+        for r in range(width):
+            at = src_at + min(r, loads - 1) * src_pitch
+            rows.append(xv[at:at + width])
+        for j in range(stores):
+            want[dst_at + j * dst_pitch:][:width] = [row[j] for row in rows]
+        assert dst.tobytes() == want.tobytes(), (dtype, loads, stores)
+        loaded = np.concatenate(rows).view(x.dtype).astype(np.float64) \
+            if x.dtype.kind == "f" or dtype == "bfloat16" else np.zeros(1)
+        assert nan == bool(np.isnan(loaded).any())
 
 
 def test_strided_fold_reads_nothing_past_its_last_tap():
@@ -227,6 +290,15 @@ def test_a_fold_past_the_array_raises_under_bounds_checking():
     with pytest.raises(IndexError):  # the last output's last tap is x[2*19 + 2] = x[40]
         _fold_strided(np.zeros(20, np.float32), 0, x, 0, 20, 2, 3, 1)
     _fold_strided(np.zeros(20, np.float32), 0, x, 0, 20, 2, 2, 1)  # x[39] at most: fine
+    width = _vector_width(x)
+    with pytest.raises(IndexError):  # fold_taps: a tap's last lane is x[40]
+        _fold_taps(np.zeros(width, np.float32), 0, x, np.array([0, 40 - width + 1], np.int64),
+                   0, 2, width, True)
+    with pytest.raises(IndexError):  # transpose_tile: the last row loaded ends at x[40]
+        _transpose_tile(np.zeros(width * width, np.float32), 0, width, width, x,
+                        40 - width + 1 - 1 * 0, 0, 1)
+    with pytest.raises(IndexError):  # ...and a column stored one past the destination
+        _transpose_tile(np.zeros(width * width - 1, np.float32), 0, width, width, x, 0, 1, 1)
 
 
 def test_vectors_hold_a_register_of_the_host_and_halves_sixteen(monkeypatch):

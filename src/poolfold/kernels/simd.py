@@ -42,7 +42,7 @@ from __future__ import annotations
 from llvmlite import binding, ir
 from numba import types
 from numba.core import cgutils, config
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from .half import HALF_BITS
 
@@ -100,6 +100,15 @@ def _beats(builder, dtype, v, held):
 
 def _fold_in(builder, dtype, held, v):
     return builder.select(_beats(builder, dtype, v, held), v, held)
+
+
+def _fold_in_no_nan(builder, dtype, held, v):
+    """:func:`_fold_in` for taps none of which is a NaN: a later tap replaces ``held`` where
+    it is greater (one ``vmaxps``, where the NaN-aware comparison takes three instructions)."""
+    kv, kh = _key(builder, dtype, v), _key(builder, dtype, held)
+    if isinstance(kv.type.element, (ir.FloatType, ir.DoubleType)):
+        return builder.select(builder.fcmp_ordered(">", kv, kh), v, held)
+    return _fold_in(builder, dtype, held, v)
 
 
 def _add(builder, dtype, held, v):
@@ -415,3 +424,106 @@ def zeros_and_nans(typingctx, src, lo, hi):
                                                   ir.Constant(i64, 0)))
 
     return types.int64(src, types.int64, types.int64), codegen
+
+
+@intrinsic(prefer_literal=True)
+def fold_taps(typingctx, dst, to, src, starts, first, taps, count, no_nan):
+    """``dst[to + i]`` = the first maximum of ``src[starts[first + t] + i]`` over taps t <
+    ``taps`` (at least one), for i < ``count``: :func:`fold_vectors` over the taps that one
+    output of a table of many lists from ``first`` on.  ``no_nan``, a literal: True where the
+    caller knows no tap is a NaN, which folds by plain comparisons."""
+    if not (_arrays_of(dst, src, _supported) and isinstance(no_nan, types.BooleanLiteral)):
+        return None
+    combine = _fold_in_no_nan if no_nan.literal_value else _fold_in
+
+    def codegen(context, builder, signature, args):
+        dst_v, to_v, src_v, starts_v, first_v, taps_v, count_v, _ = args
+        starts_base = _pointer(context, builder, signature.args[3], starts_v)
+
+        def offsets(t):
+            return builder.load(builder.gep(starts_base, [builder.add(first_v, t)]))
+
+        _vector_folds(context, builder, signature.args[0], dst_v, to_v, signature.args[2],
+                      src_v, offsets, taps_v, count_v, 1, combine)
+        return context.get_dummy_value()
+
+    return (types.void(dst, types.int64, src, starts, types.int64, types.int64, types.int64,
+                       no_nan), codegen)
+
+
+def _transposed(builder, rows):
+    """The columns of ``rows``, W vectors of W lanes (W a power of two): log2(W) rounds of
+    interleaving row i with row i + W/2 into rows 2i and 2i+1, each a two-source shuffle
+    (one instruction on AVX-512, ``vpermt2ps`` and the like)."""
+    width = len(rows)
+    half = width // 2
+    low = ir.Constant(ir.VectorType(ir.IntType(32), width),
+                      [j for k in range(half) for j in (k, width + k)])
+    high = ir.Constant(ir.VectorType(ir.IntType(32), width),
+                       [j for k in range(half, width) for j in (k, width + k)])
+    for _ in range(width.bit_length() - 1):
+        interleaved = []
+        for i in range(half):
+            interleaved.append(builder.shuffle_vector(rows[i], rows[i + half], low))
+            interleaved.append(builder.shuffle_vector(rows[i], rows[i + half], high))
+        rows = interleaved
+    return rows
+
+
+def vector_width(a):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@overload(vector_width)
+def _vector_width(a):
+    """The lanes of a fold's vector of ``a``'s elements (the side of
+    :func:`transpose_tile`'s tile), as a compile-time constant."""
+    width = _lanes(a.dtype)
+    return lambda a: width
+
+
+@intrinsic
+def transpose_tile(typingctx, dst, dst_at, dst_pitch, stores, src, src_at, src_pitch, loads):
+    """A square tile of W x W elements (W = :func:`vector_width`), transposed: row r of the tile
+    is ``src[src_at + r*src_pitch:][:W]`` (rows from ``loads`` on repeat the last row below
+    it, so that nothing past the source is read), column j goes to
+    ``dst[dst_at + j*dst_pitch:][:W]`` for j below ``stores`` only.  A tile is W loads, W
+    log2(W) shuffles and W stores, where element by element it is W*W of each.  Returns
+    whether a row loaded holds a NaN (False for integer types)."""
+    if not (_arrays_of(dst, src, _supported)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        dst_v, dst_at_v, dst_pitch_v, stores_v, src_v, src_at_v, src_pitch_v, loads_v = args
+        dtype = signature.args[4].dtype
+        width = _lanes(dtype)
+        i64 = ir.IntType(64)
+        element_type = context.get_data_type(dtype)
+        vector_type = ir.VectorType(element_type, width)
+        src_base = _pointer(context, builder, signature.args[4], src_v)
+        dst_base = _pointer(context, builder, signature.args[0], dst_v)
+        src_size = context.make_array(signature.args[4])(context, builder, src_v).nitems
+        dst_size = context.make_array(signature.args[0])(context, builder, dst_v).nitems
+        reach = ir.Constant(i64, width - 1)
+        last_row = builder.sub(loads_v, ir.Constant(i64, 1))
+        rows = []
+        nan = ir.Constant(ir.VectorType(ir.IntType(1), width), [0] * width)
+        for r in range(width):
+            row = ir.Constant(i64, r)
+            row = builder.select(builder.icmp_signed("<", row, loads_v), row, last_row)
+            at = builder.add(src_at_v, builder.mul(row, src_pitch_v))
+            _check(context, builder, at, builder.add(at, reach), src_size)
+            rows.append(_load(builder, src_base, at, vector_type))
+            if isinstance(dtype, types.Float) or dtype in HALF_BITS:
+                key = _key(builder, dtype, rows[-1])
+                nan = builder.or_(nan, builder.fcmp_unordered("uno", key, key))
+        for j, column in enumerate(_transposed(builder, rows)):
+            with builder.if_then(builder.icmp_signed("<", ir.Constant(i64, j), stores_v)):
+                at = builder.add(dst_at_v, builder.mul(ir.Constant(i64, j), dst_pitch_v))
+                _check(context, builder, at, builder.add(at, reach), dst_size)
+                _store(builder, dst_base, at, column)
+        bits = builder.bitcast(nan, ir.IntType(width))
+        return builder.icmp_unsigned("!=", bits, ir.Constant(ir.IntType(width), 0))
+
+    return (types.boolean(dst, types.int64, types.int64, types.int64, src, types.int64,
+                          types.int64, types.int64), codegen)

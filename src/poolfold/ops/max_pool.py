@@ -20,6 +20,7 @@ from ..kernels.max_passes import (AXIS_ROWS, CHANNELS, COLUMN_MAJOR, ITEMS_PER_P
                                   SHIFTED, STAGE_CAPACITY, VAN_HERK, WORDS, max_passes)
 from ..kernels import max_rows as rows
 from ..kernels.native_split import Crew
+from ..kernels.plane_lanes import block_planes, max_plane_lanes
 from ..kernels.threads import PIECES_PER_THREAD, kernel_threads, launch_split, split_parts
 from ..kernels.window_max import window_max, window_max_separable, window_max_tiles
 from ..kernels.words import has_words, word_type, words_view
@@ -262,18 +263,23 @@ def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_byte
 
 
 # The kernels MaxPool chooses from (:func:`choose_kernel`), by the names tests force them by.
-TILES, ROWS, ROW_BLOCKS, PASSES, SEPARABLE, DIRECT = (
-    "tiles", "rows", "row_blocks", "passes", "separable", "direct")
-KERNELS = (TILES, ROWS, ROW_BLOCKS, PASSES, SEPARABLE, DIRECT)
+TILES, ROWS, ROW_BLOCKS, PLANE_LANES, PASSES, SEPARABLE, DIRECT = (
+    "tiles", "rows", "row_blocks", "plane_lanes", "passes", "separable", "direct")
+KERNELS = (TILES, ROWS, ROW_BLOCKS, PLANE_LANES, PASSES, SEPARABLE, DIRECT)
 
 
 @functools.lru_cache(maxsize=512)
 def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
                   forced: str | None = None, by_rows: bool = False,
-                  lanes: int = 1) -> tuple[str, str]:
+                  lanes: int = 1, planes: int = 0) -> tuple[str, str]:
     """The kernel that pools ``plan`` over elements of ``itemsize`` bytes, and why.
     ``by_rows``: the call can be pooled by rows (no Indices); ``lanes``: channels-last
-    samples of that many channels (1: channels-first planes).
+    samples of that many channels (1: channels-first planes); ``planes``: how many
+    channels-first planes the call pools (0: not channels-first planes).
+
+    - ``plane_lanes`` (``max_plane_lanes``): small channels-first planes without Indices,
+      of a float type, a block of planes at a time as the lanes of vectors
+      (:func:`_plane_lanes_win`).
 
     - ``tiles`` (``window_max_tiles``): 2x2(x2) windows at stride 2 that tile the input, row
       -major Indices: one fused pass reading pairs of elements as words.
@@ -301,6 +307,8 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
         prefix = f"forced {forced} refused ({refusal}); "
     if min(plan.in_shape) == 0:
         return DIRECT, prefix + "a 0-size axis: every window is empty"
+    if by_rows and lanes == 1 and _plane_lanes_win(plan, itemsize, planes):
+        return PLANE_LANES, prefix + "small planes without Indices, many at once as lanes"
     blocks = by_rows and lanes == 1 and row_blocks_fit(plan)
     if lanes == 1 and storage_order == 0 and tiles_fit(plan, itemsize) and not (
             blocks and itemsize == 2):
@@ -365,6 +373,58 @@ def ladder_wins(kernel: int, stride: int) -> bool:
 # themselves.
 ROW_BLOCK_PITCH = 256
 ROW_BLOCK_ELEMENTS = 2048
+
+
+# The largest planes (elements) and the most in-bounds taps an output has on average for
+# max_plane_lanes to take a call (see _plane_lanes_win); 8-byte types' 1-D and 2-D planes up to
+# PLANE_LANES_MOST_INPUT_8.
+PLANE_LANES_MOST_INPUT = 1024
+PLANE_LANES_MOST_INPUT_8 = 256
+PLANE_LANES_MOST_TAPS = 49
+# The fewest planes it takes unforced: a block of 64 float32 planes pools them all at once.
+PLANE_LANES_FEWEST_PLANES = 4
+
+
+def plane_lanes_fit(plan: WindowPlan, itemsize: int) -> bool:
+    """Whether ``max_plane_lanes`` can pool the plan's planes: of a float type (a 1-byte
+    type's tiles of 64 x 64 took 3 s to compile), some input element, and small enough that
+    every output's list of taps makes a table of at most PLANE_LANES_MOST_INPUT times
+    PLANE_LANES_MOST_TAPS entries."""
+    return (itemsize >= 2 and min(plan.in_shape) > 0
+            and math.prod(plan.in_shape) <= PLANE_LANES_MOST_INPUT
+            and _mean_taps(plan) <= PLANE_LANES_MOST_TAPS)
+
+
+def _mean_taps(plan: WindowPlan) -> float:
+    """The in-bounds taps of an output's window, on average over the outputs."""
+    taps = 1.0
+    for n, k, s, d, pb, out in zip(plan.in_shape, plan.kernel, plan.strides, plan.dilations,
+                                   plan.pad_begin, plan.out_shape):
+        inside = 0
+        for t in range(k):  # the outputs whose tap t lies inside: 0 <= o*s - pb + t*d < n
+            lo = max(0, -(-(pb - t * d) // s))
+            hi = min(out, (n - 1 + pb - t * d) // s + 1)
+            inside += max(0, hi - lo)
+        taps *= inside / out
+    return taps
+
+
+def _plane_lanes_win(plan: WindowPlan, itemsize: int, planes: int) -> bool:
+    """Where ``max_plane_lanes`` was measured faster than the kernels below it, one thread
+    (new time over old): float32 3x3 over (1,832,7,7) 0.23 (0.038 against 0.167 ms;
+    onnxruntime 0.062), 2x2 at stride 2 over (1,832,14,14) 0.37, 3x3 over (1,512,14,14)
+    0.41, over (1,192,28,28) 0.79, at stride 2 over (1,480,28,28) 0.67; over planes of
+    49 to 1000 elements, windows 2x2 to 7x7, 3 to 9 taps in 1-D, 3x3x3, strides 1 and 2 and
+    dilation 2: 0.14-0.94 (3x3x3 over (1,100,8,8,8) 0.31), float16 0.17-0.83 (3x3 over 32x32
+    1.18), float64 0.1-0.95 up to 256 elements in 1-D and 2-D (1.03-1.42 over larger ones), 3-D
+    0.32-0.51; even 4 to 16 planes, 0.24-0.57.  Not over planes of 3136 (3x3 at stride 2 over
+    (1,64,56,56): 1.13) nor 4096 (2x2x2 at stride 2 over 16x16x16: 1.32), whose rows the
+    other kernels vectorise well, nor where an output reads more than
+    :data:`PLANE_LANES_MOST_TAPS` taps on average (a long window reads them all, where the
+    passes' running maxima cost three comparisons an element whatever the window)."""
+    if planes < PLANE_LANES_FEWEST_PLANES or not plane_lanes_fit(plan, itemsize):
+        return False
+    return itemsize < 8 or plan.rank >= 3 or math.prod(plan.in_shape) <= PLANE_LANES_MOST_INPUT_8
 
 
 def row_blocks_fit(plan: WindowPlan) -> bool:
@@ -537,6 +597,11 @@ def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int
     if kernel == ROW_BLOCKS and not row_blocks_fit(plan):
         return (f"a last-axis window of {LADDER_TAPS} taps or more, rows longer than "
                 f"{ROW_BLOCK_PITCH} elements, or no window reaching an input column")
+    if kernel == PLANE_LANES and (not by_rows or lanes > 1):
+        return "Indices, or channels-last samples"
+    if kernel == PLANE_LANES and not plane_lanes_fit(plan, itemsize):
+        return (f"a 1-byte type, a 0-size axis, planes of more than {PLANE_LANES_MOST_INPUT} "
+                f"elements, or more than {PLANE_LANES_MOST_TAPS} taps an output")
     if kernel == TILES and not (storage_order == 0 and tiles_fit(plan, itemsize)):
         return "the windows do not tile the input (or storage_order 1)"
     if kernel in (PASSES, SEPARABLE) and min(plan.in_shape) == 0:
@@ -835,6 +900,29 @@ def _edges_scan(plan: WindowPlan) -> bool:
     return bool(np.all(begin[:uncut_lo] == 0) and np.all(end[uncut_hi:] == n))
 
 
+def plane_lanes_tables(plan: WindowPlan, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """``max_plane_lanes``'s taps (:mod:`poolfold.kernels.plane_lanes`): the in-bounds input
+    positions of every output's window in window order, times ``block`` (the lanes of a
+    position), output o's from ``tap_first[o]`` to ``tap_first[o + 1]``."""
+    # each (output, tap) pair's input offset and whether it lies inside the input, over the
+    # axes so far: shaped (outputs along each axis..., taps along each axis...)
+    at, inside = np.zeros((), np.int64), np.ones((), bool)
+    for a, (n, k, s, d, pb, out, step) in enumerate(zip(
+            plan.in_shape, plan.kernel, plan.strides, plan.dilations, plan.pad_begin,
+            plan.out_shape, row_major_strides(plan.in_shape))):
+        where = (np.arange(out, dtype=np.int64)[:, None] * s - pb
+                 + np.arange(k, dtype=np.int64)[None, :] * d)  # (out, k)
+        grown = at.shape[:a] + (1,) + at.shape[a:] + (1,)
+        axis = (1,) * a + (out,) + (1,) * a + (k,)
+        at = at.reshape(grown) + (where * step).reshape(axis)
+        inside = inside.reshape(grown) & ((where >= 0) & (where < n)).reshape(axis)
+    outputs = math.prod(plan.out_shape)
+    at, inside = at.reshape(outputs, -1), inside.reshape(outputs, -1)
+    tap_first = np.zeros(outputs + 1, np.int64)
+    np.cumsum(inside.sum(axis=1), out=tap_first[1:])
+    return at[inside] * block, tap_first
+
+
 class KernelOverride:
     """Tests only (:func:`forced_kernel`): the kernel to force, and the kernels that ran."""
 
@@ -901,7 +989,7 @@ class _PoolLaunch:
         self.planes = nc[0] * nc[1] * merged
         self.forced = forced
         self.kernel, self.reason = choose_kernel(plan, dtype.itemsize, storage_order, forced,
-                                                 not return_indices)
+                                                 not return_indices, planes=self.planes)
         self.kernel_name = None
         self.crew = Crew()  # its threaded calls run without the GIL once compiled
         taps, dims = plan.taps, plan.dims
@@ -918,7 +1006,17 @@ class _PoolLaunch:
         self.passes = None
         self.separable = None
         self.rows = None
-        if self.kernel in (ROWS, ROW_BLOCKS) and self.planes > 0:
+        self.lanes = None
+        if self.kernel == PLANE_LANES:
+            block = block_planes(self.value_type)
+            self.lanes = (*plane_lanes_tables(plan, block), -(-self.planes // block))
+            # Its transposes and each output's taps cost about two elements of the other
+            # kernels' work, so a part pays for its hand-off from half their work.  Measured,
+            # 2 CPUs, one part against two (ms): 3x3 over (1,832,7,7) 0.048-0.056 against
+            # 0.043; 3x3 at stride 2 over (1,256,13,13) 0.029-0.031 against 0.031.
+            self.work = work = 2 * work
+            self.parts = split_parts(self.lanes[-1], work, threads)
+        elif self.kernel in (ROWS, ROW_BLOCKS) and self.planes > 0:
             # parts as the output rows allow, not the planes: rows split a plane
             self.rows = rows_tables(label, plan, self.planes,
                                     split_parts(self.planes * _leading_outputs(plan), work,
@@ -996,6 +1094,14 @@ class _PoolLaunch:
                          self.tables[-1])
             if self.ready or self._ready(rows.max_row_blocks, arguments):
                 launch_split(rows.max_row_blocks, tables.items, *arguments, parts=self.parts,
+                             work=self.work, crew=self.crew)
+            else:
+                kernel = self._stand_in(xs, ys, index_rows)
+        elif kernel == PLANE_LANES:
+            starts, tap_first, blocks = self.lanes
+            arguments = (xs, ys, starts, tap_first, self.tables[-1])
+            if self.ready or self._ready(max_plane_lanes, arguments):
+                launch_split(max_plane_lanes, blocks, *arguments, parts=self.parts,
                              work=self.work, crew=self.crew)
             else:
                 kernel = self._stand_in(xs, ys, index_rows)

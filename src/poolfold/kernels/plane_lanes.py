@@ -1,0 +1,108 @@
+"""Window maximum over small channels-first planes, many planes at once as the lanes.
+
+A 7x7 or 14x14 plane is too small for any loop over it to vectorise well: the row kernels
+spend 150-230 ns a plane on its few short rows (3x3 over (1,832,7,7): 0.09 ms on one
+thread, where onnxruntime's channel-blocked kernel takes 0.045).  So a block of ``P``
+consecutive planes (:data:`poolfold.kernels.simd.UNROLL` vectors of lanes: 64 float32) is
+turned into lanes, position m of plane l to ``lanes_in[m*P + l]``, by square tiles
+transposed in registers (:func:`poolfold.kernels.simd.transpose_tile`); every output then
+folds its window's in-bounds taps, whole runs of ``P`` lanes each
+(:func:`poolfold.kernels.simd.fold_taps`: four vectors in flight, in window order, so the
+first maximum or the first NaN is kept as the other kernels keep it); and the outputs'
+lanes are turned back into Y's planes the same way.  The block's lanes sit in cache between
+the three steps.
+
+The taps of every output are a table (``starts``, ``tap_first``) built once per plan
+(:func:`poolfold.ops.max_pool.plane_lanes_tables`): the in-bounds input positions of output
+o's window, in window order, are ``starts[tap_first[o]:tap_first[o + 1]]``, each already
+multiplied by ``P``.  Any rank, stride, dilation, padding and ceil mode is such a table; its
+size (outputs times taps) is why only small planes come here.  The kernel never validates:
+the op layer has checked every shape and table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .ordering import is_nan
+from .simd import UNROLL, fold_taps, transpose_tile, vector_width
+
+
+@njit(inline="always")
+def _to_lanes(lanes, x_flat, p0, planes, n, block):
+    """Planes ``[p0, p0 + planes)`` of ``n`` elements each (planes <= ``block``) into
+    ``lanes``: element m of plane l to ``lanes[m*block + l]``.  Lanes from ``planes`` on are
+    left as they were: no output of them is written back.  Returns whether the planes hold
+    a NaN."""
+    width = vector_width(lanes)
+    nan = False
+    if n >= width:
+        for g in range(0, planes, width):
+            loads = min(width, planes - g)
+            for m0 in range(0, n, width):
+                m = min(m0, n - width)  # the last tile overlaps the one before it
+                nan |= transpose_tile(lanes, m * block + g, block, width, x_flat,
+                                      (p0 + g) * n + m, n, loads)
+    else:  # planes shorter than a tile
+        for m in range(n):
+            for lane in range(planes):
+                v = x_flat[(p0 + lane) * n + m]
+                nan |= is_nan(v)
+                lanes[m * block + lane] = v
+    return nan
+
+
+@njit(inline="always")
+def _from_lanes(y_flat, p0, planes, n_out, lanes, block):
+    """The inverse of :func:`_to_lanes` for the first ``planes`` lanes of ``n_out``
+    positions."""
+    width = vector_width(lanes)
+    if n_out >= width:
+        for g in range(0, planes, width):
+            stores = min(width, planes - g)
+            for o0 in range(0, n_out, width):
+                o = min(o0, n_out - width)
+                transpose_tile(y_flat, (p0 + g) * n_out + o, n_out, stores, lanes,
+                               o * block + g, block, width)
+    else:
+        for lane in range(planes):
+            for o in range(n_out):
+                y_flat[(p0 + lane) * n_out + o] = lanes[o * block + lane]
+
+
+@njit(cache=True, nogil=True)
+def max_plane_lanes(x, y, starts, tap_first, empty_value, start, stop):
+    """Fill planes ``[start*P, stop*P)`` of ``y`` (planes, output size) from ``x`` (planes,
+    input size), ``P`` planes a work item (see the module's docstring)."""
+    block = UNROLL * vector_width(x)
+    planes, n = x.shape
+    n_out = y.shape[1]
+    x_flat = x.reshape(x.size)
+    y_flat = y.reshape(y.size)
+    lanes_in = np.empty(max(n, 1) * block, x.dtype)
+    lanes_out = np.empty(n_out * block, x.dtype)
+    for item in range(start, stop):
+        p0 = item * block
+        count = min(block, planes - p0)
+        nan = _to_lanes(lanes_in, x_flat, p0, count, n, block)
+        for o in range(n_out):
+            first = tap_first[o]
+            taps = tap_first[o + 1] - first
+            if taps == 0:  # every tap is padding: the window is empty
+                for lane in range(block):
+                    lanes_out[o * block + lane] = empty_value
+            elif nan:
+                fold_taps(lanes_out, o * block, lanes_in, starts, first, taps, block, False)
+            else:
+                fold_taps(lanes_out, o * block, lanes_in, starts, first, taps, block, True)
+        _from_lanes(y_flat, p0, count, n_out, lanes_out, block)
+
+
+def block_planes(value_type: np.dtype) -> int:
+    """``P``, the planes of one work item, for the kernel's view of a type
+    (:func:`poolfold.dtypes.value_type`)."""
+    from numba import from_dtype
+
+    from .simd import _lanes
+    return UNROLL * _lanes(from_dtype(np.dtype(value_type)))
