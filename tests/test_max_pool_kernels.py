@@ -280,7 +280,10 @@ def test_plane_lanes_chosen_for_small_planes_without_indices():
 
     assert chosen((1, 832, 7, 7), [3, 3], [1, 1]) == PLANE_LANES  # Inception's late pools
     assert chosen((1, 832, 14, 14), [2, 2], [2, 2]) == PLANE_LANES  # before the tiles
-    assert chosen((1, 64, 32, 32), [3, 3], [1, 1], itemsize=2) == PLANE_LANES
+    assert chosen((1, 64, 28, 28), [3, 3], [1, 1], itemsize=2) == PLANE_LANES
+    # ...but not a half type's plane of more taps, whose rows the row blocks pool fast
+    assert chosen((1, 64, 32, 32), [3, 3], [1, 1], itemsize=2) != PLANE_LANES
+    assert chosen((1, 64, 32, 32), [3, 3], [1, 1]) == PLANE_LANES
     assert chosen((1, 64, 8, 8, 8), [3, 3, 3], [1, 1, 1], itemsize=8) == PLANE_LANES
     assert chosen((1, 64, 56, 56), [3, 3], [2, 2]) != PLANE_LANES  # planes too large
     assert chosen((1, 64, 20, 20), [3, 3], [1, 1], itemsize=8) != PLANE_LANES  # 2-D float64

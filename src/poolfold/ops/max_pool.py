@@ -383,6 +383,9 @@ PLANE_LANES_MOST_INPUT_8 = 256
 PLANE_LANES_MOST_TAPS = 49
 # The fewest planes it takes unforced: a block of 64 float32 planes pools them all at once.
 PLANE_LANES_FEWEST_PLANES = 4
+# The most taps (outputs times the in-bounds taps of each) of a plane of a half type in 1-D
+# and 2-D, whose stride-1 rows the row blocks pool fast.
+PLANE_LANES_MOST_HALF_TAPS = 8192
 
 
 def plane_lanes_fit(plan: WindowPlan, itemsize: int) -> bool:
@@ -415,16 +418,23 @@ def _plane_lanes_win(plan: WindowPlan, itemsize: int, planes: int) -> bool:
     onnxruntime 0.062), 2x2 at stride 2 over (1,832,14,14) 0.37, 3x3 over (1,512,14,14)
     0.41, over (1,192,28,28) 0.79, at stride 2 over (1,480,28,28) 0.67; over planes of
     49 to 1000 elements, windows 2x2 to 7x7, 3 to 9 taps in 1-D, 3x3x3, strides 1 and 2 and
-    dilation 2: 0.14-0.94 (3x3x3 over (1,100,8,8,8) 0.31), float16 0.17-0.83 (3x3 over 32x32
-    1.18), float64 0.1-0.95 up to 256 elements in 1-D and 2-D (1.03-1.42 over larger ones), 3-D
-    0.32-0.51; even 4 to 16 planes, 0.24-0.57.  Not over planes of 3136 (3x3 at stride 2 over
+    dilation 2: 0.14-0.94 (3x3x3 over (1,100,8,8,8) 0.31), float64 0.1-0.95 up to 256
+    elements in 1-D and 2-D (1.03-1.42 over larger ones), 3-D 0.14-0.51; even 4 to 16
+    planes, 0.24-0.57.  float16 0.17-0.89 where a 1-D or 2-D plane's outputs read at most
+    :data:`PLANE_LANES_MOST_HALF_TAPS` taps (3x3 over (1,192,28,28), 6724 taps: 0.74), but
+    3x3 over 32x32 (9000) 1.0-1.18 and 5x5 over 30x30 (20700) 1.24 against the row blocks;
+    3-D 0.16-0.31.  Not over planes of 3136 (3x3 at stride 2 over
     (1,64,56,56): 1.13) nor 4096 (2x2x2 at stride 2 over 16x16x16: 1.32), whose rows the
     other kernels vectorise well, nor where an output reads more than
     :data:`PLANE_LANES_MOST_TAPS` taps on average (a long window reads them all, where the
     passes' running maxima cost three comparisons an element whatever the window)."""
     if planes < PLANE_LANES_FEWEST_PLANES or not plane_lanes_fit(plan, itemsize):
         return False
-    return itemsize < 8 or plan.rank >= 3 or math.prod(plan.in_shape) <= PLANE_LANES_MOST_INPUT_8
+    if plan.rank >= 3 or itemsize == 4:
+        return True
+    if itemsize == 2:
+        return math.prod(plan.out_shape) * _mean_taps(plan) <= PLANE_LANES_MOST_HALF_TAPS
+    return math.prod(plan.in_shape) <= PLANE_LANES_MOST_INPUT_8
 
 
 def row_blocks_fit(plan: WindowPlan) -> bool:
@@ -1008,8 +1018,8 @@ class _PoolLaunch:
         self.rows = None
         self.lanes = None
         if self.kernel == PLANE_LANES:
-            block = block_planes(self.value_type)
-            self.lanes = (*plane_lanes_tables(plan, block), -(-self.planes // block))
+            block = block_planes(self.value_type, self.planes, threads)
+            self.lanes = (*plane_lanes_tables(plan, block), block, -(-self.planes // block))
             # Its transposes and each output's taps cost about two elements of the other
             # kernels' work, so a part pays for its hand-off from half their work.  Measured,
             # 2 CPUs, one part against two (ms): 3x3 over (1,832,7,7) 0.048-0.056 against
@@ -1098,8 +1108,8 @@ class _PoolLaunch:
             else:
                 kernel = self._stand_in(xs, ys, index_rows)
         elif kernel == PLANE_LANES:
-            starts, tap_first, blocks = self.lanes
-            arguments = (xs, ys, starts, tap_first, self.tables[-1])
+            starts, tap_first, block, blocks = self.lanes
+            arguments = (xs, ys, starts, tap_first, block, self.tables[-1])
             if self.ready or self._ready(max_plane_lanes, arguments):
                 launch_split(max_plane_lanes, blocks, *arguments, parts=self.parts,
                              work=self.work, crew=self.crew)
