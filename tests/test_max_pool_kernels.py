@@ -254,6 +254,11 @@ PLANE_LANES_CASES = [
     ((1, 65, 40), [5], dict(strides=[3], dilations=[2], ceil_mode=True)),
     ((1, 33, 5, 6, 7), [3, 3, 3], dict(strides=[2, 1, 1], pads=[1] * 6)),
     ((2, 40, 28, 28), [3, 3], dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+    # windows that tile the rows: the last axis folded first (plane_lanes_row_fold), at a
+    # stride of a vector loop (2 to 4) and of the scalar one, with a dilation
+    ((1, 70, 6, 12), [2, 2], dict(strides=[2, 3], dilations=[1, 2])),
+    ((1, 40, 5, 15), [1, 3], dict(strides=[1, 5])),
+    ((1, 33, 4, 6, 8), [2, 2, 2], dict(strides=[2, 2, 2])),
 ]
 
 

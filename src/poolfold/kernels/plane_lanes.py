@@ -10,7 +10,8 @@ folds its window's in-bounds taps, whole runs of ``P`` lanes each
 (:func:`poolfold.kernels.simd.fold_taps`: four vectors in flight, in window order, so the
 first maximum or the first NaN is kept as the other kernels keep it); and the outputs'
 lanes are turned back into Y's planes the same way.  The block's lanes sit in cache between
-the three steps.
+the three steps.  Windows that tile each row along the last axis (2x2 at stride 2) are
+folded along it first, where the planes lie, so that half as much is turned into lanes.
 
 The taps of every output are a table (``starts``, ``tap_first``) built once per plan
 (:func:`poolfold.ops.max_pool.plane_lanes_tables`): the in-bounds input positions of output
@@ -26,7 +27,8 @@ import numpy as np
 from numba import njit
 
 from .ordering import is_nan
-from .simd import UNROLL, fold_taps, transpose_tile, vector_width
+from .folds import beats
+from .simd import UNROLL, fold_strided, fold_taps, transpose_tile, vector_width
 
 
 @njit(inline="always")
@@ -71,21 +73,55 @@ def _from_lanes(y_flat, p0, planes, n_out, lanes, block):
                 y_flat[(p0 + lane) * n_out + o] = lanes[o * block + lane]
 
 
+@njit(inline="always")
+def _fold_rows(dst, x_flat, at, count, s, k, d):
+    """``dst[i]`` = the first maximum of ``x_flat[at + i*s + t*d]`` over t < ``k``, for i <
+    ``count``: in vectors at strides 2 to 4 (each a literal), else a scalar loop."""
+    if s == 2:
+        fold_strided(dst, 0, x_flat, at, count, 2, k, d)
+    elif s == 3:
+        fold_strided(dst, 0, x_flat, at, count, 3, k, d)
+    elif s == 4:
+        fold_strided(dst, 0, x_flat, at, count, 4, k, d)
+    else:
+        for i in range(count):
+            held = x_flat[at + i * s]
+            for t in range(1, k):
+                v = x_flat[at + i * s + t * d]
+                if beats(v, held):
+                    held = v
+            dst[i] = held
+
+
 @njit(cache=True, nogil=True)
-def max_plane_lanes(x, y, starts, tap_first, block, empty_value, start, stop):
+def max_plane_lanes(x, y, starts, tap_first, block, row_fold, empty_value, start, stop):
     """Fill planes ``[start*block, stop*block)`` of ``y`` (planes, output size) from ``x``
     (planes, input size), ``block`` planes (a multiple of a vector's lanes) a work item (see
-    the module's docstring)."""
+    the module's docstring).
+
+    ``row_fold`` (taps, stride, dilation along the last axis; taps 0 for none): windows
+    that tile each row along the last axis, none reaching past it (a 2x2 window at stride 2
+    over rows of even length), are folded along it first, where the planes lie, as one
+    strided stream over the block's rows: the lanes then hold ``row_fold``'s outputs, half
+    the input for 2x2 at stride 2, and ``starts`` tap them.  Folding each window's row of
+    taps first, then those rows in order, keeps the first maximum in window order."""
     planes, n = x.shape
     n_out = y.shape[1]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    lanes_in = np.empty(max(n, 1) * block, x.dtype)
+    fold_k, fold_s, fold_d = row_fold[0], row_fold[1], row_fold[2]
+    n_lanes = n // fold_s if fold_k > 0 else n  # positions a plane has in the lanes
+    folded = np.empty(block * n_lanes if fold_k > 0 else 0, x.dtype)
+    lanes_in = np.empty(max(n_lanes, 1) * block, x.dtype)
     lanes_out = np.empty(n_out * block, x.dtype)
     for item in range(start, stop):
         p0 = item * block
         count = min(block, planes - p0)
-        nan = _to_lanes(lanes_in, x_flat, p0, count, n, block)
+        if fold_k > 0:
+            _fold_rows(folded, x_flat, p0 * n, count * n_lanes, fold_s, fold_k, fold_d)
+            nan = _to_lanes(lanes_in, folded, 0, count, n_lanes, block)
+        else:
+            nan = _to_lanes(lanes_in, x_flat, p0, count, n, block)
         for o in range(n_out):
             first = tap_first[o]
             taps = tap_first[o + 1] - first
