@@ -174,31 +174,42 @@ def test_rows_forced_match_oracle(call):
     check(ROWS, x, kernel_shape, **attributes)
 
 
-def row_blocks_fit(x, kernel_shape, attributes) -> bool:
-    plan = max_pool_module.resolve_plan(
+def plan_of(x, kernel_shape, attributes):
+    return max_pool_module.resolve_plan(
         poolfold.schema.resolve("MaxPool", None), x.shape, kernel_shape,
         attributes.get("strides"), attributes.get("pads"), attributes.get("dilations"),
         attributes.get("auto_pad", "NOTSET"), attributes.get("ceil_mode", False))
-    return max_pool_module.row_blocks_fit(plan)
+
+
+def row_blocks_fit(x, kernel_shape, attributes) -> bool:
+    return max_pool_module.row_blocks_fit(plan_of(x, kernel_shape, attributes))
+
+
+def check_or_fallback(kernel, fits, x, kernel_shape, **attributes):
+    """``kernel`` forced against the oracle where it ``fits`` the plan; elsewhere forcing it
+    falls back to another kernel, whose values are right."""
+    if fits:
+        check(kernel, x, kernel_shape, **attributes)
+        return
+    want = oracle.max_pool(
+        x, kernel_shape, strides=attributes.get("strides"), pads=attributes.get("pads"),
+        dilations=attributes.get("dilations"), auto_pad=attributes.get("auto_pad", "NOTSET"),
+        ceil_mode=attributes.get("ceil_mode", False))[0]
+    with forced_kernel(kernel) as override:
+        y = poolfold.max_pool(x, kernel_shape, **attributes)
+    assert override.ran and override.ran != [kernel]
+    assert same_bits(y, want)
 
 
 def check_row_blocks(x, kernel_shape, **attributes):
     """The row blocks forced where they can pool the plan (channels-last input too: of one
     channel natively, of several as channels-first planes); elsewhere (windows of 8 taps
     and more along the last axis, or none reaching an input column) forcing them falls back
-    to another kernel, whose values are right."""
-    if row_blocks_fit(x, kernel_shape, attributes):
-        check(ROW_BLOCKS, x, kernel_shape, **attributes)
+    to another kernel."""
+    fits = row_blocks_fit(x, kernel_shape, attributes)
+    if fits:
         check(ROW_BLOCKS, x, kernel_shape, channels_last=True, **attributes)
-        return
-    want = oracle.max_pool(
-        x, kernel_shape, strides=attributes.get("strides"), pads=attributes.get("pads"),
-        dilations=attributes.get("dilations"), auto_pad=attributes.get("auto_pad", "NOTSET"),
-        ceil_mode=attributes.get("ceil_mode", False))[0]
-    with forced_kernel(ROW_BLOCKS) as override:
-        y = poolfold.max_pool(x, kernel_shape, **attributes)
-    assert override.ran and override.ran != [ROW_BLOCKS]
-    assert same_bits(y, want)
+    check_or_fallback(ROW_BLOCKS, fits, x, kernel_shape, **attributes)
 
 
 @settings(max_examples=150)
@@ -211,28 +222,12 @@ def test_row_blocks_forced_match_oracle(call):
     check_row_blocks(x, kernel_shape, **attributes)
 
 
-def plan_of(x, kernel_shape, attributes):
-    return max_pool_module.resolve_plan(
-        poolfold.schema.resolve("MaxPool", None), x.shape, kernel_shape,
-        attributes.get("strides"), attributes.get("pads"), attributes.get("dilations"),
-        attributes.get("auto_pad", "NOTSET"), attributes.get("ceil_mode", False))
-
-
 def check_plane_lanes(x, kernel_shape, **attributes):
     """The plane lanes forced where they can pool the plan; elsewhere (a 1-byte type, large
-    planes, long windows) forcing them falls back to another kernel, whose values are
-    right."""
-    if max_pool_module.plane_lanes_fit(plan_of(x, kernel_shape, attributes), x.dtype.itemsize):
-        check(PLANE_LANES, x, kernel_shape, **attributes)
-        return
-    want = oracle.max_pool(
-        x, kernel_shape, strides=attributes.get("strides"), pads=attributes.get("pads"),
-        dilations=attributes.get("dilations"), auto_pad=attributes.get("auto_pad", "NOTSET"),
-        ceil_mode=attributes.get("ceil_mode", False))[0]
-    with forced_kernel(PLANE_LANES) as override:
-        y = poolfold.max_pool(x, kernel_shape, **attributes)
-    assert override.ran and override.ran != [PLANE_LANES]
-    assert same_bits(y, want)
+    planes, long windows) forcing them falls back to another kernel."""
+    fits = max_pool_module.plane_lanes_fit(plan_of(x, kernel_shape, attributes),
+                                           x.dtype.itemsize)
+    check_or_fallback(PLANE_LANES, fits, x, kernel_shape, **attributes)
 
 
 @settings(max_examples=150)
