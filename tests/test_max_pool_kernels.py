@@ -633,3 +633,19 @@ def test_a_stride_far_beyond_the_axis_needs_no_scratch_for_it(dtype, channels_la
             got = poolfold.max_pool(x, [4], strides=[2**31])
     assert override.ran == [PASSES], override.ran
     np.testing.assert_array_equal(got, want)
+
+
+def test_plane_lanes_refuse_plans_whose_table_would_be_large():
+    """Planes padded far beyond their size have many outputs, long windows many taps, even
+    where few lie in bounds: the plane lanes take neither, forced or not."""
+    spec = poolfold.schema.resolve("MaxPool", None)
+    padded = max_pool_module.resolve_plan(spec, (1, 64, 4, 4), [1, 1], None, [100] * 4,
+                                          None, "NOTSET", False)
+    long = max_pool_module.resolve_plan(spec, (1, 64, 8, 8, 8), [64, 64, 64], None,
+                                        [63] * 6, None, "NOTSET", False)
+    for plan in (padded, long):
+        assert not max_pool_module.plane_lanes_fit(plan, 4)
+    x = np.ones((1, 64, 4, 4), np.float32)
+    with forced_kernel(PLANE_LANES) as override:
+        y = poolfold.max_pool(x, [1, 1], pads=[100] * 4)
+    assert override.ran != [PLANE_LANES] and y.shape == (1, 64, 204, 204)

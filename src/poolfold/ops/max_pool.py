@@ -386,30 +386,32 @@ PLANE_LANES_FEWEST_PLANES = 4
 # The most taps (outputs times the in-bounds taps of each) of a plane of a half type in 1-D
 # and 2-D, whose stride-1 rows the row blocks pool fast.
 PLANE_LANES_MOST_HALF_TAPS = 8192
+# The most (output, window tap) pairs its table is built from: planes padded far beyond
+# their size have many outputs, and long windows many taps, even where few are in bounds.
+PLANE_LANES_MOST_PAIRS = 2**20
 
 
 def plane_lanes_fit(plan: WindowPlan, itemsize: int) -> bool:
     """Whether ``max_plane_lanes`` can pool the plan's planes: of a float type (a 1-byte
-    type's tiles of 64 x 64 took 3 s to compile), some input element, and small enough that
-    every output's list of taps makes a table of at most PLANE_LANES_MOST_INPUT times
-    PLANE_LANES_MOST_TAPS entries."""
+    type's tiles of 64 x 64 took 3 s to compile), some input element, and small enough:
+    planes and outputs of at most PLANE_LANES_MOST_INPUT elements, whose lists of taps make
+    a table of at most PLANE_LANES_MOST_INPUT times PLANE_LANES_MOST_TAPS entries, built from
+    at most PLANE_LANES_MOST_PAIRS pairs (the kernel's scratch and table stay small)."""
+    outputs = math.prod(plan.out_shape)
     return (itemsize >= 2 and min(plan.in_shape) > 0
             and math.prod(plan.in_shape) <= PLANE_LANES_MOST_INPUT
+            and outputs <= PLANE_LANES_MOST_INPUT
+            and outputs * math.prod(plan.kernel) <= PLANE_LANES_MOST_PAIRS
             and _mean_taps(plan) <= PLANE_LANES_MOST_TAPS)
 
 
 def _mean_taps(plan: WindowPlan) -> float:
-    """The in-bounds taps of an output's window, on average over the outputs."""
-    taps = 1.0
-    for n, k, s, d, pb, out in zip(plan.in_shape, plan.kernel, plan.strides, plan.dilations,
-                                   plan.pad_begin, plan.out_shape):
-        inside = 0
-        for t in range(k):  # the outputs whose tap t lies inside: 0 <= o*s - pb + t*d < n
-            lo = max(0, -(-(pb - t * d) // s))
-            hi = min(out, (n - 1 + pb - t * d) // s + 1)
-            inside += max(0, hi - lo)
-        taps *= inside / out
-    return taps
+    """The in-bounds taps of an output's window, on average over the outputs (the plan's
+    tap table: per axis, taps ``[lo, hi)`` of each output lie inside)."""
+    taps, mean = plan.taps, 1.0
+    for a, out in enumerate(plan.out_shape):
+        mean *= float(np.maximum(taps.hi[a, :out] - taps.lo[a, :out], 0).mean())
+    return mean
 
 
 def _plane_lanes_win(plan: WindowPlan, itemsize: int, planes: int) -> bool:
@@ -418,7 +420,8 @@ def _plane_lanes_win(plan: WindowPlan, itemsize: int, planes: int) -> bool:
     onnxruntime 0.062), 2x2 at stride 2 over (1,832,14,14) 0.37, 3x3 over (1,512,14,14)
     0.41, over (1,192,28,28) 0.79, at stride 2 over (1,480,28,28) 0.67; over planes of
     49 to 1000 elements, windows 2x2 to 7x7, 3 to 9 taps in 1-D, 3x3x3, strides 1 and 2 and
-    dilation 2: 0.14-0.94 (3x3x3 over (1,100,8,8,8) 0.31), float64 0.1-0.95 up to 256
+    dilation 2: 0.14-0.94 (3x3x3 over (1,100,8,8,8) 0.31; 5x5 over (1,256,20,20) 0.76 in one
+    run, 1.25 in another), float64 0.1-0.95 up to 256
     elements in 1-D and 2-D (1.03-1.42 over larger ones), 3-D 0.14-0.51; even 4 to 16
     planes, 0.24-0.57.  float16 0.17-0.89 where a 1-D or 2-D plane's outputs read at most
     :data:`PLANE_LANES_MOST_HALF_TAPS` taps (3x3 over (1,192,28,28), 6724 taps: 0.74), but
@@ -934,18 +937,20 @@ def plane_lanes_tables(plan: WindowPlan, block: int) -> tuple[np.ndarray, np.nda
     """``max_plane_lanes``'s taps (:mod:`poolfold.kernels.plane_lanes`): the in-bounds input
     positions of every output's window in window order, times ``block`` (the lanes of a
     position), output o's from ``tap_first[o]`` to ``tap_first[o + 1]``."""
-    # each (output, tap) pair's input offset and whether it lies inside the input, over the
-    # axes so far: shaped (outputs along each axis..., taps along each axis...)
+    # each (output, tap) pair's input offset and whether it lies inside the input (the
+    # plan's tap table), over the axes so far: shaped (outputs along each axis..., taps along
+    # each axis...)
+    table = plan.taps
     at, inside = np.zeros((), np.int64), np.ones((), bool)
-    for a, (n, k, s, d, pb, out, step) in enumerate(zip(
-            plan.in_shape, plan.kernel, plan.strides, plan.dilations, plan.pad_begin,
-            plan.out_shape, row_major_strides(plan.in_shape))):
-        where = (np.arange(out, dtype=np.int64)[:, None] * s - pb
-                 + np.arange(k, dtype=np.int64)[None, :] * d)  # (out, k)
+    for a, (k, d, out, step) in enumerate(zip(plan.kernel, plan.dilations, plan.out_shape,
+                                              row_major_strides(plan.in_shape))):
+        j = np.arange(k, dtype=np.int64)[None, :]
+        where = table.first[a, :out, None] + j * d  # (out, k)
+        kept = (j >= table.lo[a, :out, None]) & (j < table.hi[a, :out, None])
         grown = at.shape[:a] + (1,) + at.shape[a:] + (1,)
         axis = (1,) * a + (out,) + (1,) * a + (k,)
         at = at.reshape(grown) + (where * step).reshape(axis)
-        inside = inside.reshape(grown) & ((where >= 0) & (where < n)).reshape(axis)
+        inside = inside.reshape(grown) & kept.reshape(axis)
     outputs = math.prod(plan.out_shape)
     at, inside = at.reshape(outputs, -1), inside.reshape(outputs, -1)
     tap_first = np.zeros(outputs + 1, np.int64)
