@@ -44,9 +44,8 @@ from dask.highlevelgraph import HighLevelGraph
 
 from .. import dtypes
 from ..geometry import WindowPlan
-from ..kernels.threads import launch
-from ..kernels.activation import IDENTITY, activate_in_place
 from ..memory import check_size
+from ..ops._common import activate
 from ..ops.averaging import channel_block_for, pool_global, pool_windows, running_sum_axes
 from ..ops.layout import axes
 from . import _graph
@@ -89,10 +88,7 @@ def _windows_block(arrays, placements, block_shape, dtype, label, plan, kind,
     x = _graph.assemble(arrays, placements, block_shape, dtype)
     y = pool_windows(label, x, plan, channels_last, kind, count_include_pad, p,
                      running=running, channel_block=block)
-    if act is not None and act.code != IDENTITY and y.size:
-        launch(activate_in_place, dtypes.bits_view(y).reshape(-1), act.code, act.params,
-               act.table, 0, y.size)
-    return y
+    return y if act is None else activate(y, act)
 
 
 def pool_windows_chunked(spec, x: da.Array, plan: WindowPlan, kind: str,

@@ -22,12 +22,12 @@ from dask.base import tokenize
 from .. import dtypes
 from ..geometry import WindowPlan
 from ..kernels.threads import launch
-from ..kernels.activation import IDENTITY, activate_in_place
-from ..kernels.channels_last import nchw_indices
 from ..kernels.renumber import renumber
-from ..memory import allocate, check_size
-from ..ops.layout import axes, channels_last_order, nchw_order, with_channels
+from ..memory import check_size
+from ..ops._common import activate
+from ..ops.layout import axes, channels_last_order, nchw_order
 from ..ops.max_pool import pool_planes
+from ..ops.nhwc import pool_nhwc
 from . import _graph
 
 
@@ -98,21 +98,12 @@ def _pool_block(arrays, placements, block_shape, dtype, label, plan, return_indi
             y_shape = channels_last_order(y_shape)
         y = np.full(y_shape, dtypes.lowest(dtype), dtype)
         local = np.full((nb, cb) + out_spatial, -1, np.int64) if return_indices else None
-    elif channels_last:  # as poolfold.nhwc.max_pool: planes of rank r + 1, C a window of one
-        y, recorded = pool_planes(label, x.reshape((nb, 1) + x.shape[1:]),
-                                  with_channels(plan, cb), return_indices, 0)
-        y = y.reshape((nb,) + out_spatial + (cb,))
-        local = None
-        if return_indices:
-            local = allocate(label, "Indices", (nb, cb) + out_spatial, np.int64)
-            if local.size:
-                launch(nchw_indices, recorded.reshape(nb, -1, cb), local.reshape(nb, cb, -1),
-                       np.array(plan.in_shape, np.int64), storage_order == 1, 0, nb * cb)
+    elif channels_last:
+        y, local = pool_nhwc(label, x, plan, return_indices, storage_order)
     else:
         y, local = pool_planes(label, x, plan, return_indices, storage_order)
-    if channels_last and act.code != IDENTITY and y.size:
-        launch(activate_in_place, dtypes.bits_view(y).reshape(-1), act.code, act.params,
-               act.table, 0, y.size)
+    if channels_last:
+        y = activate(y, act)
     if not return_indices:
         return y
     indices = global_indices(local, plan.in_shape, origin, spatial, plane0, channels,

@@ -21,10 +21,9 @@ from dask.highlevelgraph import HighLevelGraph
 from .. import activations, dtypes
 from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowAttributes, unpooled_shape
-from ..kernels.threads import launch
-from ..kernels.activation import IDENTITY, activate_in_place
 from ..memory import check_size
 from ..geometry import row_major_strides
+from ..ops._common import activate
 from ..ops.layout import channels_last_order, nchw_order
 from ..ops.max_unpool import resolve_output_shape
 from . import _graph
@@ -223,10 +222,7 @@ def _write(strays, routes, layout, block, dtype, channels_last, act):
         out[local] = values
     if channels_last:
         out = np.ascontiguousarray(np.moveaxis(out, 1, -1))
-    if act is not None and act.code != IDENTITY and out.size:
-        launch(activate_in_place, dtypes.bits_view(out).reshape(-1), act.code, act.params,
-               act.table, 0, out.size)
-    return out
+    return out if act is None else activate(out, act)
 
 
 def _indices_array(spec, indices, nchw_shape) -> da.Array:

@@ -80,12 +80,18 @@ def prepare_max_pool(spec, x, kernel_shape, *, strides=None, pads=None, dilation
 
 def _pool(label, plan, return_indices, storage_order, act, x):
     """A prepared MaxPool's launch: ``(Y, Indices or None)`` of a checked X."""
+    y, indices = pool_nhwc(label, x, plan, return_indices, storage_order)
+    return activate(y, act), indices
+
+
+def pool_nhwc(label, x, plan, return_indices, storage_order):
+    """A checked channels-last X pooled (before any activation): Y channels-last, and
+    Indices NCHW (shape and values) or None.  Every channels-last MaxPool goes through here,
+    each chunk of :func:`poolfold.dask.nhwc.max_pool` included."""
     pooled = pool_channels_last(label, x, plan, return_indices, storage_order)
     if pooled is not None:  # the separable passes, the channels riding along
-        y, indices = pooled
-    else:
-        y, indices = _pool_as_planes(label, x, plan, return_indices, storage_order)
-    return activate(y, act), indices
+        return pooled
+    return _pool_as_planes(label, x, plan, return_indices, storage_order)
 
 
 def _pool_as_planes(label, x, plan, return_indices, storage_order):
