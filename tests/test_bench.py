@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from poolfold.bench import add_arguments, memory, runner, startup
+from poolfold.bench import add_arguments, memory, report, runner, startup
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
@@ -219,14 +219,15 @@ def test_the_text_report_says_when_the_machine_was_busier_than_its_cores():
 
 def test_averaging_matrix_tiny_fills_its_own_markdown_sections(tmp_path):
     """The whole averaging matrix on tiny inputs (--tiny): every case runs, the float16 and
-    bfloat16 cases beside poolfold's float32, and --markdown fills the averaging sections
-    only."""
+    bfloat16 cases beside poolfold's float32, and --markdown fills the averaging table and
+    the averaging row of the glance table only."""
     from poolfold.bench.averaging import CASES
 
     page = tmp_path / "page.md"
-    page.write_text("".join(f"<!-- bench:{name} -->\nPLACEHOLDER\n<!-- /bench:{name} -->\n"
-                            for name in ("averaging", "averaging-summary"))
-                    + "<!-- bench:matrix -->\nMaxPool's\n<!-- /bench:matrix -->\n")
+    maxpool_row = "| MaxPool matrix | 3 | **0.50** | 3 of 3 | 0.70 (a) | then |"
+    page.write_text("<!-- bench:averaging -->\nPLACEHOLDER\n<!-- /bench:averaging -->\n"
+                    f"<!-- bench:glance -->\n{maxpool_row}\n<!-- /bench:glance -->\n"
+                    "<!-- bench:matrix -->\nMaxPool's\n<!-- /bench:matrix -->\n")
     done = _bench("--averaging-matrix", "--tiny", "--repeat", "1", "--json",
                   "--markdown", str(page))
     assert done.returncode == 0, done.stderr
@@ -247,13 +248,17 @@ def test_averaging_matrix_tiny_fills_its_own_markdown_sections(tmp_path):
 
     text = page.read_text()
     table = text.split("<!-- bench:averaging -->")[1].split("<!-- /bench:averaging -->")[0]
-    summary = text.split("<!-- bench:averaging-summary -->")[1].split("<!-- /")[0]
-    assert "PLACEHOLDER" not in table and "PLACEHOLDER" not in summary
+    glance = text.split("<!-- bench:glance -->\n")[1].split("\n<!-- /")[0].splitlines()
+    assert "PLACEHOLDER" not in table
     assert "--tiny" in table and "| case |" in table and "/ pf f32" in table
+    assert "own float32" in table and "within the target 1.3" in table
     for case in CASES:
         assert f"| {case.key} |" in table
-    assert "AveragePool, LpPool and the global pools:" in summary
-    assert "own float32" in summary and "within the target 1.3" in summary
+    # the MaxPool row kept, the averaging row added after it, both under the header
+    assert glance[0].startswith("| benchmark |") and glance[2] == maxpool_row
+    averaging = [c.strip() for c in glance[3].strip("|").split("|")]
+    assert averaging[:2] == ["averaging matrix", str(len(CASES))] and len(glance) == 4
+    assert "--tiny" in averaging[-1] and "--averaging-matrix" in averaging[-1]
     assert "<!-- bench:matrix -->\nMaxPool's\n<!-- /bench:matrix -->" in text  # untouched
 
 
@@ -294,3 +299,41 @@ def test_every_peer_of_the_averaging_matrix_computes_what_poolfold_does():
                                        err_msg=f"{case.key}: {name}")
             checked += 1
     assert checked >= len(CASES)
+
+
+def test_glance_rows_replace_their_own_and_keep_the_others_in_order():
+    """A run rewrites its own rows of the README's glance table, keeps the others, and the
+    rows stay in the table's order whichever run came first."""
+    meta = {"date": "2026-01-02", "processor": "x86_64", "cpu_count": 2}
+    row = report.glance_row("averaging matrix", [(0.5, "a"), (2.0, "b"), (1.0, "c")], meta,
+                            "poolfold bench --averaging-matrix")
+    # geometric mean of 0.5, 2 and 1 is 1; two of three at or below 1.0; the worst is b
+    assert row[:5] == ["averaging matrix", "3", "**1.00**", "2 of 3", "2.00 (b)"]
+    assert "2026-01-02" in row[5] and "`poolfold bench --averaging-matrix`" in row[5]
+    assert report.glance_row("MaxPool matrix", [], meta, "x") is None
+    old = "\n".join(["| benchmark | old header |", "|---|---|",
+                     "| models, `all` route | 6 | kept |",
+                     "| averaging matrix | 1 | replaced |"])
+    lines = report.merge_glance([row])(old).splitlines()
+    assert lines[0] == "| " + " | ".join(report.GLANCE_HEADER) + " |"
+    assert [line.split("|")[1].strip() for line in lines[2:]] == [
+        "averaging matrix", "models, `all` route"]
+    assert "replaced" not in lines[2] and lines[3] == "| models, `all` route | 6 | kept |"
+    assert report.merge_glance([row])("").splitlines()[2:] == ["| " + " | ".join(row) + " |"]
+
+
+def test_models_glance_rows_are_each_routes_ratios_over_the_models():
+    from poolfold.bench import models
+
+    def row(model, implementation, ms):
+        return {"model": model, "implementation": implementation, "median_ms": ms,
+                "block_ms": [], "prepare_s": None, "runs": 1, "note": ""}
+
+    all_route, needed = list(models._GLANCE_ROUTES)
+    result = [row("m1", "onnxruntime", 10.0), row("m1", all_route, 20.0),
+              row("m1", needed, 5.0), row("m2", "onnxruntime", 4.0),
+              row("m2", all_route, 2.0), row("m2", needed, None)]
+    meta = {"date": "d", "processor": "p", "cpu_count": 2}
+    rows = models.glance(result, meta, "poolfold bench --models")
+    assert rows[0][:5] == ["models, `all` route", "2", "**1.00**", "1 of 2", "2.00 (m1)"]
+    assert rows[1][:5] == ["models, `needed` route", "1", "**0.50**", "1 of 1", "0.50 (m1)"]

@@ -69,29 +69,30 @@ class Section:
     name: str
     module: str
     help: str
-    markdown: bool = False  # the module has ``markdown(result, meta, command) -> str``
+    # the module has ``markdown(result, meta, command) -> str`` and ``glance(result, meta,
+    # command)``, its rows of the glance table
+    markdown: bool = False
 
 
 @dataclass(frozen=True)
 class Matrix:
     """A shape matrix, timed instead of the standard workloads by the flag ``--OPTION``:
-    ``workloads(tiny)`` of ``module``; ``--markdown`` fills the sections ``bench:NAME`` and
-    ``bench:NAME-summary``."""
+    ``workloads(tiny)`` of ``module``; ``--markdown`` fills the section ``bench:NAME`` with
+    its table, and its row of the glance table (``bench:glance``)."""
 
     option: str
     module: str
     name: str
-    subject: str  # what the summary line speaks of
+    glance: str  # its row's name in the glance table
     help: str
 
 
 MATRICES: tuple[Matrix, ...] = (
-    Matrix("matrix", "poolfold.bench.matrix", "matrix", "MaxPool",
+    Matrix("matrix", "poolfold.bench.matrix", "matrix", "MaxPool matrix",
            "time the MaxPool shape matrix (ranks 1-3, windows 2-256, strides, pads, dilations, "
            "ceil_mode, every type, both layouts, batch 1 and large) instead of the standard "
            "workloads"),
-    Matrix("averaging-matrix", "poolfold.bench.averaging", "averaging",
-           "AveragePool, LpPool and the global pools",
+    Matrix("averaging-matrix", "poolfold.bench.averaging", "averaging", "averaging matrix",
            "time the averaging matrix (AveragePool ranks 1-3, windows 2-31, strides, pads, "
            "count_include_pad, ceil_mode, dilations, float32/16, bfloat16, float64, both "
            "layouts, batch 1 and large; LpPool p=1,2,3; the global pools) instead of the "
@@ -155,10 +156,10 @@ def add_arguments(parser) -> None:
                              "the markers <!-- bench:matrix --> and <!-- /bench:matrix --> "
                              "(bench:averaging with --averaging-matrix, bench:workloads "
                              "without a matrix), with the date, machine, versions and load "
-                             "average, and a summary between <!-- bench:matrix-summary --> "
-                             "(bench:averaging-summary) markers where the file has them "
-                             "(repeatable: docs/benchmarks.md and README.md); with --models, "
-                             "its table between <!-- bench:models --> markers")
+                             "average; with --models, its table between <!-- bench:models --> "
+                             "markers; and the matrix's or the models' rows of the one-table "
+                             "summary between <!-- bench:glance --> markers, where the file "
+                             "has them (repeatable: docs/benchmarks.md and README.md)")
     parser.add_argument("--plot", metavar="FILE.png",
                         help="also draw the ratios to onnxruntime as a bar chart (needs matplotlib)")
     parser.add_argument("--no-timing", dest="timing", action="store_false",
@@ -290,17 +291,22 @@ def command(args) -> int:
         command_line = "poolfold bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"]
                                                      else sys.argv[1:])
         command_line = command_line.strip()
-        blocks = {}
+        blocks, glance = {}, []
         if args.timing:
-            name = matrix.name if matrix is not None else "workloads"
-            subject = matrix.subject if matrix is not None else None
-            blocks[name] = report.markdown_table(results, meta, command_line)
-            blocks[f"{name}-summary"] = report.markdown_summary(results, meta, command_line,
-                                                                subject)
+            blocks[matrix.name if matrix is not None else "workloads"] = \
+                report.markdown_table(results, meta, command_line)
+            if matrix is not None:
+                glance.append(report.glance_row(
+                    matrix.glance, [(r["ratio"], r["key"]) for r in results if r["ratio"]],
+                    meta, command_line))
         for section in sections:
             if section.markdown:
                 blocks[section.name] = modules[section.name].markdown(
                     measured[section.name], meta, command_line)
+                glance += modules[section.name].glance(measured[section.name], meta,
+                                                       command_line)
+        if any(glance):
+            blocks[report.GLANCE] = report.merge_glance([row for row in glance if row])
         for path in args.markdown:
             report.fill_marked_sections(path, blocks)
             print(f"poolfold bench: wrote the figures into {path}", file=sys.stderr)

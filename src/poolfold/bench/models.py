@@ -285,3 +285,25 @@ def measure(args) -> list[dict]:
 
 def summary(result: list[dict]) -> str:
     return format_rows([Row(**row) for row in result])
+
+
+# The models bench's rows of the README's glance table: a route each, over the models
+_GLANCE_ROUTES = {
+    "poolfold.backend (other ops: onnxruntime)": "models, `all` route",
+    "poolfold.backend (poolfold_nodes='needed')": "models, `needed` route",
+}
+
+
+def glance(result: list[dict], meta: dict, command: str) -> list[list[str] | None]:
+    """Each route's row of the glance table (:func:`poolfold.bench.report.glance_row`): its
+    ratios to onnxruntime alone over the models that both ran."""
+    from .report import glance_row
+
+    rows = [Row(**row) for row in result]
+    baseline = {r.model: r for r in rows if r.implementation == "onnxruntime"}
+    glances = []
+    for implementation, benchmark in _GLANCE_ROUTES.items():
+        ratios = [(times, r.model) for r in rows if r.implementation == implementation
+                  for times in [ratio(r, baseline.get(r.model))] if times is not None]
+        glances.append(glance_row(benchmark, ratios, meta, command))
+    return glances

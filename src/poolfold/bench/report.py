@@ -196,33 +196,53 @@ def markdown_table(results: list[dict], meta: dict, command: str) -> str:
     return "\n".join(lines)
 
 
-def markdown_summary(results: list[dict], meta: dict, command: str,
-                     subject: str | None = None) -> str:
-    """A few lines for a README: the ratios' spread over the cases, where and when measured;
-    ``subject`` (the ops the cases run) starts it."""
-    ratios = sorted((r["ratio"], r["key"]) for r in results if r["ratio"])
+# The README's one table of figures (``<!-- bench:glance -->``): a row per shape matrix and per
+# route of the models bench, each rewritten by the run that measures it, the others kept.
+GLANCE = "glance"
+GLANCE_HEADER = ["benchmark", "cases", "geometric mean", "at or below 1.0", "worst", "measured"]
+GLANCE_ORDER = ("MaxPool matrix", "averaging matrix", "models, `all` route",
+                "models, `needed` route")
+
+
+def glance_row(benchmark: str, ratios: list[tuple[float, str]], meta: dict,
+               command: str) -> list[str] | None:
+    """A row of the glance table: the spread of poolfold's ratios to its peers (each with the
+    case or model it was measured on) and where, when and how they were measured."""
     if not ratios:
-        return "(no ratio measured)"
+        return None
+    ratios = sorted(ratios)
     geometric = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
     at_most_one = sum(x <= 1.0 for x, _ in ratios)
-    own = _over_float32_line(results)
-    return ((f"**{TINY_NOTE}** " if meta.get("tiny") else "")
-            + (f"{subject}: " if subject else "")
-            + f"poolfold's time over the fastest peer's (onnxruntime at its best, else PyTorch or "
-            f"scipy), over {len(ratios)} cases: geometric mean **{geometric:.2f}**, "
-            f"{at_most_one} of {len(ratios)} at or below 1.0, best {ratios[0][0]:.2f} "
-            f"({ratios[0][1]}), worst {ratios[-1][0]:.2f} ({ratios[-1][1]}). Measured by "
-            f"`{command}` on {meta['date']} ({meta['processor']}, {meta['cpu_count']} CPUs, load "
-            f"average {meta['load_average_start'][0] if meta['load_average_start'] else '?'} "
-            f"at the start, {meta['load_average_end'][0] if meta['load_average_end'] else '?'} "
-            f"at the end, after a {meta.get('settle_s', 0):g} s pause); every case in [docs/benchmarks.md](docs/benchmarks.md)."
-            + (f" {own}" if own else ""))
+    measured = f"{meta['date']}, {machine_text(meta)}: `{command}`"
+    return [benchmark, str(len(ratios)), f"**{geometric:.2f}**",
+            f"{at_most_one} of {len(ratios)}", f"{ratios[-1][0]:.2f} ({ratios[-1][1]})",
+            f"**{TINY_NOTE}** {measured}" if meta.get("tiny") else measured]
+
+
+def merge_glance(rows: list[list[str]]):
+    """What :func:`fill_marked_sections` writes for the glance table: its rows as the file
+    has them, those named in ``rows`` (by their first cell) replaced or added."""
+    def merge(old: str) -> str:
+        kept = {}
+        for line in old.splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if line.startswith("| ") and cells[0] != GLANCE_HEADER[0]:
+                kept[cells[0]] = line
+        for row in rows:
+            kept[row[0]] = "| " + " | ".join(row) + " |"
+        order = sorted(kept, key=lambda k: (GLANCE_ORDER.index(k) if k in GLANCE_ORDER
+                                            else len(GLANCE_ORDER)))
+        return "\n".join(["| " + " | ".join(GLANCE_HEADER) + " |",
+                          "|---|---:|---:|---:|---|---|"] + [kept[k] for k in order])
+
+    return merge
 
 
 def fill_marked_sections(path: str, sections: dict) -> None:
     """For each ``name: text``, replace what lies between ``<!-- bench:NAME -->`` and
-    ``<!-- /bench:NAME -->`` in the file at ``path`` (markers kept).  A file with none of the
-    markers gets the first section appended."""
+    ``<!-- /bench:NAME -->`` in the file at ``path`` (markers kept); ``text`` may be a
+    function of what lies there now (:func:`merge_glance`).  A file with none of the markers
+    gets the first section appended."""
     try:
         with open(path, encoding="utf-8") as file:
             content = file.read()
@@ -233,10 +253,15 @@ def fill_marked_sections(path: str, sections: dict) -> None:
         begin, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
         if begin in content and end in content:
             head, rest = content.split(begin, 1)
-            content = head + f"{begin}\n{text}\n{end}" + rest.split(end, 1)[1]
+            old, tail = rest.split(end, 1)
+            if callable(text):
+                text = text(old.strip("\n"))
+            content = head + f"{begin}\n{text}\n{end}" + tail
             filled = True
     if not filled:
         name, text = next(iter(sections.items()))
+        if callable(text):
+            text = text("")
         content += ("\n" if content and not content.endswith("\n") else "") + \
             f"<!-- bench:{name} -->\n{text}\n<!-- /bench:{name} -->\n"
     with open(path, "w", encoding="utf-8") as file:
