@@ -58,6 +58,8 @@ def _unshared(context, builder, kind, value):
         return value
     array = context.make_array(kind)(context, builder, value)
     array.meminfo = cgutils.get_null_value(array.meminfo.type)
+    # the struct proxy's value, as numba's extending guide reads its proxies (the Interval
+    # example's ``interval._getvalue()``): the documented way out of a proxy
     return array._getvalue()
 
 
