@@ -575,9 +575,10 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
         WITHOUT_INDICES  # uint8, long rows: not the row kernel
     assert chosen([3, 3, 3], [1, 1, 1], shape=(1, 2, 9, 9, 9)) not in WITHOUT_INDICES
     assert chosen([3, 3, 3], [1, 1, 1], shape=(1, 2, 9, 9, 9), itemsize=1) == PASSES
-    assert chosen([2, 2], [2, 2]) == TILES
-    assert chosen([2, 2], [2, 2], itemsize=2) == ROW_BLOCKS  # the half types' tiles: slower
-    assert chosen([2, 2], [2, 2], itemsize=2, by_rows=False) == TILES
+    assert chosen([2, 2], [2, 2]) == ROW_BLOCKS  # the tiles: slower without Indices
+    assert chosen([2, 2], [2, 2], itemsize=2) == ROW_BLOCKS
+    assert chosen([2, 2], [2, 2], shape=wide) == TILES  # ...but over rows too long for blocks
+    assert chosen([2, 2], [2, 2], itemsize=2, by_rows=False) == TILES  # Indices
     assert chosen([21, 21], [1, 1]) == PASSES  # long windows: van Herk runs
     assert chosen([31], [1], shape=(1, 2, 300)) == ROWS
     assert chosen([5], [1], shape=(1, 2, 200), itemsize=2) == ROW_BLOCKS

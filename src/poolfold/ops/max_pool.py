@@ -281,12 +281,13 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
       of a float type, a block of planes at a time as the lanes of vectors
       (:func:`_plane_lanes_win`).
 
-    - ``tiles`` (``window_max_tiles``): 2x2(x2) windows at stride 2 that tile the input, row
-      -major Indices: one fused pass reading pairs of elements as words.
     - ``row_blocks`` (``max_row_blocks``): channels-first planes without Indices whose rows
       are short (:func:`row_blocks_fit`), a block of rows reduced along the last axis in one
-      loop, where it was measured faster (:func:`_row_blocks_win`); before the tiles for the
-      half types.  Short 1-D rows it does not take go by passes, not rows.
+      loop, where it was measured faster (:func:`_row_blocks_win`).  Short 1-D rows it does
+      not take go by passes, not rows.
+    - ``tiles`` (``window_max_tiles``): 2x2(x2) windows at stride 2 that tile the input, row
+      -major Indices: one fused pass reading pairs of elements as words; without Indices,
+      only rows too long for the blocks.
     - ``rows`` (``max_rows``): channels-first planes or channels-last samples without
       Indices, where it was measured faster than the kernels below (:func:`_rows_win`).
     - ``direct`` (``window_max``): a 0-size axis (every window is empty), or windows that skip
@@ -310,11 +311,10 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
     if by_rows and lanes == 1 and _plane_lanes_win(plan, itemsize, planes):
         return PLANE_LANES, prefix + "small planes without Indices, many at once as lanes"
     blocks = by_rows and lanes == 1 and row_blocks_fit(plan)
-    if lanes == 1 and storage_order == 0 and tiles_fit(plan, itemsize) and not (
-            blocks and itemsize == 2):
-        return TILES, prefix + "2x2 windows tiling the input, at stride 2"
     if blocks and _row_blocks_win(plan, itemsize):
         return ROW_BLOCKS, prefix + "short rows without Indices, a block of them at a time"
+    if lanes == 1 and storage_order == 0 and tiles_fit(plan, itemsize):
+        return TILES, prefix + "2x2 windows tiling the input, at stride 2"
     if by_rows and (_rows_win_lanes(plan, itemsize) if lanes > 1 else
                     _rows_win(plan, itemsize) and not (blocks and plan.rank == 1)):
         return ROWS, prefix + "channels-first planes without Indices, where rows were faster"
@@ -463,8 +463,10 @@ def _row_blocks_win(plan: WindowPlan, itemsize: int) -> bool:
     - at a last-axis stride of 2 or more, every type and rank: 1.2-2.5x faster than the
       row kernel (3x3 at stride 2 over (1,64,56,56): 0.074 against 0.11 ms; float16, 0.060
       against 0.16; 3-D 3x3x3 over (2,16,32,32,32): 0.49 against 0.81, uint8 0.37 against 0.90
-      by the separable kernel), and than 2x2 tiles for the half types (float16 over
-      (8,64,56,56): 0.36 against 1.1 ms);
+      by the separable kernel), and than the 2x2 tiles for every type (2 threads, new over
+      old: float32 (1,3,224,224) 0.50, (1,64,112,112) 0.78, (8,64,56,56) 0.86,
+      (2,32,64,64,64) 0.96; uint8 and int8 0.61-0.98 over the same, one int8 3-D case 1.17;
+      float16 over (8,64,56,56): 0.36 against 1.1 ms);
     - at stride 1, the half types (3x3 over (8,32,80,80): 0.66 against 1.8 ms by passes;
       3x3x3, 1.7 against 2.8), 1-byte types up to 2-D (3x3 over (8,32,80,80), 0.51 against
       0.62), and 2-D windows the passes would take van Herk runs for (float32 5x5 over
