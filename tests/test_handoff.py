@@ -70,6 +70,38 @@ def test_a_sleeping_thread_is_woken_for_the_next_call():
     assert names[0] == ["poolfold-spin-0"] and names[1] == [threading.main_thread().name]
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_spun_out_threads_sleep_where_the_platform_lets_them(monkeypatch, native):
+    """On Linux the threads sleep in their compiled loop, on the call counter's futex, and
+    wake without the GIL; elsewhere (or told so) on a condition variable in Python.  Either
+    way every call after they fell asleep, Python job or native, is served."""
+    if native and not handoff.NATIVE_SLEEP:
+        pytest.skip("the threads sleep in Python on this platform")
+    monkeypatch.setattr(handoff, "NATIVE_SLEEP", native)
+    pool = handoff.SpinningPool(2, 1)  # spins a microsecond, then sleeps
+    deadline = time.monotonic() + 10
+    while pool.sleepers < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert int(pool.flags[handoff.SLEEPERS]) == (2 if native else 0)
+    assert pool.python_sleepers == (0 if native else 2)
+    for n in range(300):  # each call finds the threads asleep, or falling asleep
+        names = pool.run(lambda: [threading.current_thread().name], 2)
+        assert sorted(name for [name] in names[:2]) == ["poolfold-spin-0", "poolfold-spin-1"]
+        if n % 50 == 0:
+            pool.park()
+
+
+def test_publish_wakes_only_where_a_thread_sleeps():
+    """publish_call stores the call; the futex is woken only when a sleeper is counted (a
+    call with none asleep makes no system call), and a stray wake-up is harmless."""
+    flags = np.zeros(handoff.DONE + handoff._LINE, np.int64)
+    handoff.publish_call(flags, 6)
+    assert flags[handoff.CALL] == 6
+    flags[handoff.SLEEPERS] = 1  # a sleeper counted but not waiting: the wake finds none
+    handoff.publish_call(flags, 8)
+    assert flags[handoff.CALL] == 8
+
+
 def test_parked_threads_sleep_at_once_and_serve_the_next_call():
     """park() ends the spin of threads that would spin for a minute: they sleep (counted in
     ``sleepers``) without running anything, and the next call wakes them."""

@@ -40,9 +40,9 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .handoff import (ACTIVE, CALL, CLAIMS, ENTRY, ERROR, FRAME, HELPERS, OPEN,
-                      _load_acquire, _pause, _store_release, call_entry, fetch_add,
-                      load_sequential, store_sequential)
+from .handoff import (ACTIVE, CLAIMS, ENTRY, ERROR, FRAME, HELPERS, OPEN, _load_acquire,
+                      _pause, call_entry, fetch_add, load_sequential, publish,
+                      store_sequential)
 
 
 def _unshared(context, builder, kind, value):
@@ -164,7 +164,7 @@ def run_pieces(flags, call, bounds, results, helpers, address, returns, *argumen
     flags[CLAIMS] = 0
     flags[ERROR] = 0
     store_sequential(flags, OPEN, call)
-    _store_release(flags, CALL, call)  # every store above is seen by a thread that sees this
+    publish(flags, call)  # every store above is seen by a thread that sees this
     call_entry(entry, frame)  # this thread's pieces
     store_sequential(flags, OPEN, -1)  # no thread joins from here on ...
     while load_sequential(flags, ACTIVE) != 0:  # ... and those that joined are done with it
