@@ -64,6 +64,7 @@ PROPERTY_TESTS = [
     # and float64 only (each signature compiles again here).
     "tests/test_fuzz_boundscheck.py::test_window_cut_by_the_end",
     "tests/test_fuzz_boundscheck.py::test_window_sum_paths_match_the_oracle",
+    "tests/test_fuzz_boundscheck.py::test_strided_row_blocks_match_the_oracle",
     "tests/test_average_family.py::test_average_pool[4d-x[1, 1, 3, 4, 3, 3]-k[2, 3, 2, 2]-"
     "s[1, 2, 1, 2]-p[1, 0, 1, 1, 0, 1, 0, 1]-ceil-cip-float64]",
     "tests/test_average_family.py::test_lp_pool_large_and_tiny[float64-1e+200-p2]",
@@ -152,6 +153,29 @@ WINDOW_SUM_PATHS = [
     ((1, 3, 9, 9), [3, 3], [1, 1], "nhwc.average", None),
     ((1, 3, 9, 9), [2, 3], [3, 2], "nhwc.lp", 1),
 ]
+
+
+# Blocks of short channels-first rows at a stride (window_rows' _store_block): each row's
+# outputs fit in its input row over the stride, which divides it.  (shape, kernel, strides,
+# pads, op, p, dtype)
+STRIDED_ROW_BLOCKS = [
+    ((2, 3, 16, 16), [2, 2], [2, 2], None, "average", None, np.float32),  # a literal stride
+    ((1, 2, 12, 12), [3, 3], [2, 2], [1, 1, 0, 0], "average", None, np.float32),  # cut first
+    ((1, 2, 15, 20), [3, 5], [3, 5], None, "average", None, np.float32),  # a stride of 5
+    ((1, 2, 6, 8, 8), [2, 3, 2], [2, 2, 2], None, "lp", 2, np.float32),
+    ((1, 2, 12, 12), [3, 3], [2, 2], [1, 1, 0, 0], "average", None, np.float16),
+]
+
+
+@pytest.mark.parametrize("shape,kernel,strides,pads,op,p,dtype", STRIDED_ROW_BLOCKS)
+def test_strided_row_blocks_match_the_oracle(shape, kernel, strides, pads, op, p, dtype):
+    x = (np.random.default_rng(sum(shape)).standard_normal(shape) * 4).astype(dtype)
+    x[..., ::5] = 2  # ties
+    keywords = dict(strides=strides, pads=pads, **({} if p is None else {"p": p}))
+    want, info = (oracle.average_pool if op == "average" else oracle.lp_pool)(
+        x, kernel, **keywords)
+    got = (poolfold.average_pool if op == "average" else poolfold.lp_pool)(x, kernel, **keywords)
+    oracle.assert_within_bound(got, want, info, dtype, op)
 
 
 @pytest.mark.parametrize(

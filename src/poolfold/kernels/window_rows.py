@@ -65,29 +65,31 @@ def _row_term_overload(raw, mark, p):
     return lambda raw, mark, p: _term(widen(raw), mark, p)
 
 
-def _add_rows(acc, x, row_at, rows, span, mark, p):  # pragma: no cover - see the overload
+def _add_rows(acc, to, x, row_at, rows, span, mark, p):  # pragma: no cover - see overload
     raise NotImplementedError
 
 
 @overload(_add_rows)
-def _add_rows_overload(acc, x, row_at, rows, span, mark, p):
-    """``acc[i]`` = the terms of ``x[row_at[r] + i]`` over the rows r < ``rows`` added in
-    order, for i < ``span``: in explicit vectors (:func:`poolfold.kernels.simd.sum_vectors`)
-    where the terms are the values themselves in the accumulator's type (AveragePool of
-    float32 or float64), else a loop per row (widening or powering each element)."""
+def _add_rows_overload(acc, to, x, row_at, rows, span, mark, p):
+    """``acc[to + i]`` = the terms of ``x[row_at[r] + i]`` over the rows r < ``rows`` added
+    in order, for i < ``span``: in explicit vectors
+    (:func:`poolfold.kernels.simd.sum_vectors`) where the terms are the values themselves in
+    the accumulator's type (AveragePool of float32 or float64), else a loop per row
+    (widening or powering each element)."""
     if mark.dtype == types.int8 and x.dtype == acc.dtype:
-        def in_vectors(acc, x, row_at, rows, span, mark, p):
-            sum_vectors(acc, 0, x, row_at, rows, span)
+        def in_vectors(acc, to, x, row_at, rows, span, mark, p):
+            sum_vectors(acc, to, x, row_at, rows, span)
         return in_vectors
 
-    def by_rows(acc, x, row_at, rows, span, mark, p):
+    def by_rows(acc, to, x, row_at, rows, span, mark, p):
         at = np.uint64(row_at[0])
+        start = np.uint64(to)
         for i in range(span):
-            acc[i] = _row_term(x[at + i], mark, p)
+            acc[start + i] = _row_term(x[at + i], mark, p)
         for r in range(1, rows):
             at = np.uint64(row_at[r])
             for i in range(span):
-                acc[i] += _row_term(x[at + i], mark, p)
+                acc[start + i] += _row_term(x[at + i], mark, p)
     return by_rows
 
 
@@ -150,13 +152,16 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
     width = np.uint64(channels)
     row_length = np.uint64(axes[N, last] * channels)
     out_length = np.uint64(out_last * channels)
-    # Output rows whose windows along the axis before the last are whole, at stride 1 along
-    # both axes, are taken up to block_rows at a time (see _store_block): for short rows,
-    # the loops' own costs then count once per block instead of once per row.
+    # Channels-first output rows whose windows along the axis before the last are whole are
+    # taken up to block_rows at a time (see _store_block), where each row's outputs fit in
+    # its input row's length over the last axis's stride (which divides it): for short rows,
+    # the loops' own costs then count once per block instead of once per row.  At stride 1
+    # along the axis before the last, the block's input rows are one run.
     block_rows = 1
-    if (channels == 1 and rank >= 2 and axes[STRIDE, last - 1] == 1 and axes[STRIDE, last] == 1
-            and out_last <= axes[N, last]):
-        block_rows = max(1, BLOCK_ELEMENTS // axes[N, last])
+    n_last, s_last = axes[N, last], axes[STRIDE, last]
+    if (channels == 1 and rank >= 2 and n_last % s_last == 0
+            and out_last <= n_last // s_last):
+        block_rows = max(1, BLOCK_ELEMENTS // n_last)
     acc = _accumulator(row_length * np.uint64(block_rows), mark, x)
     sums = _accumulator(max(out_length, row_length * np.uint64(block_rows)), mark, x)
     shrink = _shrink(axes)
@@ -171,6 +176,8 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
     in_strides[last] = channels
     for a in range(last - 1, -1, -1):
         in_strides[a] = in_strides[a + 1] * axes[N, a + 1]
+    # how far apart consecutive output rows' input rows lie (a block's rows, see above)
+    row_step = axes[STRIDE, last - 1] * in_strides[last - 1] if rank >= 2 else 0
     first, lo, hi = taps[0, last], taps[1, last], taps[2, last]
     lo_all, hi_all = taps[1], taps[2]  # views made once: each costs reference counting
     k, d = axes[KERNEL, last], axes[DILATION, last]
@@ -223,7 +230,14 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
             if a < 0:
                 break
         if rows_in > 0:
-            _add_rows(acc, x, row_at, rows_in, span, mark, p)
+            if count > 1 and row_step != n_last:  # each row's own input rows: a sum each
+                for t in range(count):  # unsigned, as the loops index (see above)
+                    _add_rows(acc, np.uint64(t) * row_length, x, row_at, rows_in, row_length,
+                              mark, p)
+                    for q in range(rows_in):
+                        row_at[q] += row_step
+            else:  # a block's rows at stride 1 read one run of rows
+                _add_rows(acc, 0, x, row_at, rows_in, span, mark, p)
         if count > 1:
             _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides,
                          outer * size, outer * outputs + r * out_last, count, mode, p, shrink)
@@ -328,33 +342,53 @@ BLOCK_ELEMENTS = 2048
 @_helper
 def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides, x_at,
                  y_at, count, mode, p, shrink):
-    """Outputs of ``count`` consecutive rows (channels-first, stride 1 along the last two
-    axes, windows whole along the one before the last) from ``acc``, their vertical sums
-    end to end (row t at ``t * n``).  An uncut output o of row t adds ``acc[t * n +
-    first[u0] + (o - u0) + j * d]``: for every row at once, one loop per tap over the run,
-    written to ``sums[t * n + o]``; the run's positions between rows hold sums across the
-    rows' seam, which no output keeps.  The cut outputs (at most a window's width at each
-    end) are summed one by one into the seam's places: with out_last <= n each row's
-    outputs then lie at ``sums[t * n:t * n + out_last]``, stored by one loop per row."""
+    """Outputs of ``count`` consecutive rows (channels-first, windows whole along the axis
+    before the last; stride s along the last, which divides its length n, with out_last <=
+    m = n / s) from ``acc``, their vertical sums end to end (row t at ``t * n``).  An uncut
+    output o of row t adds ``acc[t * n + first[o] + j * d]``, which is ``acc[first[u0] +
+    (t * m + o - u0) * s + j * d]``: for every row at once, one loop per tap over the run of
+    outputs, written to ``sums[t * m + o]``; the run's positions between rows hold sums
+    across the rows' seam, which no output keeps.  The cut outputs (at most a window's width
+    at each end) are summed one by one into the seam's places: each row's outputs then lie
+    at ``sums[t * m:t * m + out_last]``, stored by one loop per row.  Each output adds the
+    same values in the same order as in a row of its own."""
     last = axes.shape[1] - 1
     n = axes[N, last]
     out_last = axes[OUT, last]
     first, lo, hi = taps[0, last], taps[1, last], taps[2, last]
-    k, d = axes[KERNEL, last], axes[DILATION, last]
+    k, d, s = axes[KERNEL, last], axes[DILATION, last], axes[STRIDE, last]
+    m = n // s
     u0, u1 = axes[UNCUT_LO, last], axes[UNCUT_HI, last]
     if u1 > u0:  # the run, each output's taps added in a register (see window_rows)
-        sum_strided(sums, u0, acc, first[u0], (count - 1) * n + u1 - u0, 1, k, d)
+        run = (count - 1) * m + u1 - u0
+        if s == 1:
+            sum_strided(sums, u0, acc, first[u0], run, 1, k, d)
+        elif s == 2:
+            sum_strided(sums, u0, acc, first[u0], run, 2, k, d)
+        elif s == 3:
+            sum_strided(sums, u0, acc, first[u0], run, 3, k, d)
+        elif s == 4:
+            sum_strided(sums, u0, acc, first[u0], run, 4, k, d)
+        else:
+            for j in range(k):
+                at = first[u0] + j * d
+                if j == 0:
+                    for i in range(run):
+                        sums[u0 + i] = acc[at + i * s]
+                else:
+                    for i in range(run):
+                        sums[u0 + i] += acc[at + i * s]
     for t in range(count):
         row = t * n
         for side in range(2):  # before the uncut run, then after it
             for o in range(0 if side == 0 else max(u0, u1), u0 if side == 0 else out_last):
                 if hi[o] <= lo[o]:
-                    sums[row + o] = 0.0
+                    sums[t * m + o] = 0.0
                     continue
                 total = acc[row + first[o] + lo[o] * d]  # in the sums' type, as they add
                 for j in range(lo[o] + 1, hi[o]):
                     total += acc[row + first[o] + j * d]
-                sums[row + o] = total
+                sums[t * m + o] = total
     b0 = position[last - 1]
     if mode == AVERAGE:
         row_scale = 1.0
@@ -362,19 +396,19 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
             row_scale *= axis_inverse[a, position[a]]
         scale = axis_inverse[last]
         for t in range(count):
-            at = np.uint64(t * n)
+            at = np.uint64(t * m)
             to = np.uint64(y_at + t * out_last)
             for o in range(np.uint64(out_last)):
                 y[to + o] = narrow_to(sums[at + o] * (row_scale * scale[o]), y)
         # float32 sums that are not finite: again in float64 (see the module doc)
         finite = True
-        for i in range(np.uint64((count - 1) * n + out_last)):
+        for i in range(np.uint64((count - 1) * m + out_last)):
             finite &= (sums[i] - sums[i]) == 0
         if not finite:
             for t in range(count):
                 position[last - 1] = b0 + t
                 for o in range(out_last):
-                    v = sums[t * n + o]
+                    v = sums[t * m + o]
                     if (v - v) != 0:
                         total = _window_sum64(x, x_at, position, tap, taps, axes, in_strides,
                                               o, 0, 1, shrink)
@@ -384,7 +418,7 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
         return
     root = 1.0 / p
     for t in range(count):
-        at = np.uint64(t * n)
+        at = np.uint64(t * m)
         to = np.uint64(y_at + t * out_last)
         if p == 2.0:
             for o in range(np.uint64(out_last)):
