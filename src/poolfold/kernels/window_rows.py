@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from numba import types
+from numba import njit, types
 from numba.extending import overload
 
 from .half import narrow_to
@@ -254,32 +254,20 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
             # loops read them one by one.
             if s == 1:  # consecutive outputs read consecutive runs: one stream
                 sum_strided(sums, o0, acc, t0, uncut * width, 1, k, d * channels)
-            elif channels == 1 and s == 2:
-                sum_strided(sums, o0, acc, t0, uncut, 2, k, d)
-            elif channels == 1 and s == 3:
-                sum_strided(sums, o0, acc, t0, uncut, 3, k, d)
-            elif channels == 1 and s == 4:
-                sum_strided(sums, o0, acc, t0, uncut, 4, k, d)
-            else:
+            elif channels == 1:
+                _sum_at_stride(sums, o0, acc, t0, uncut, s, k, d)
+            else:  # runs of channels, strided
                 for j in range(k):
                     tap0 = np.uint64((first[u0] + j * d) * channels)
-                    if channels == 1:
+                    for u in range(uncut):
+                        src = tap0 + u * s * width
+                        dst = o0 + u * width
                         if j == 0:
-                            for i in range(uncut):
-                                sums[o0 + i] = acc[tap0 + i * s]
+                            for c in range(width):
+                                sums[dst + c] = acc[src + c]
                         else:
-                            for i in range(uncut):
-                                sums[o0 + i] += acc[tap0 + i * s]
-                    else:  # runs of channels, strided
-                        for u in range(uncut):
-                            src = tap0 + u * s * width
-                            dst = o0 + u * width
-                            if j == 0:
-                                for c in range(width):
-                                    sums[dst + c] = acc[src + c]
-                            else:
-                                for c in range(width):
-                                    sums[dst + c] += acc[src + c]
+                            for c in range(width):
+                                sums[dst + c] += acc[src + c]
         for side in range(2):  # before the uncut run, then after it (not a test per output)
             for o in range(0 if side == 0 else max(u0, u1), u0 if side == 0 else out_last):
                 dst = np.uint64(o) * width
@@ -339,6 +327,31 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
 BLOCK_ELEMENTS = 2048
 
 
+@njit(inline="always")
+def _sum_at_stride(dst, to, src, at, count, s, k, d):
+    """``dst[to + i]`` = the sum of ``src[at + i*s + j*d]`` over the taps j < ``k``, added
+    left to right, for i < ``count``: :func:`poolfold.kernels.simd.sum_strided` at strides
+    1 to 4 (each a literal), else a loop per tap (the same additions in the same order)."""
+    if s == 1:
+        sum_strided(dst, to, src, at, count, 1, k, d)
+    elif s == 2:
+        sum_strided(dst, to, src, at, count, 2, k, d)
+    elif s == 3:
+        sum_strided(dst, to, src, at, count, 3, k, d)
+    elif s == 4:
+        sum_strided(dst, to, src, at, count, 4, k, d)
+    else:
+        start, step = np.uint64(to), np.uint64(s)
+        for j in range(k):
+            tap = np.uint64(at + j * d)
+            if j == 0:
+                for i in range(np.uint64(count)):
+                    dst[start + i] = src[tap + i * step]
+            else:
+                for i in range(np.uint64(count)):
+                    dst[start + i] += src[tap + i * step]
+
+
 @_helper
 def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides, x_at,
                  y_at, count, mode, p, shrink):
@@ -360,24 +373,7 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
     m = n // s
     u0, u1 = axes[UNCUT_LO, last], axes[UNCUT_HI, last]
     if u1 > u0:  # the run, each output's taps added in a register (see window_rows)
-        run = (count - 1) * m + u1 - u0
-        if s == 1:
-            sum_strided(sums, u0, acc, first[u0], run, 1, k, d)
-        elif s == 2:
-            sum_strided(sums, u0, acc, first[u0], run, 2, k, d)
-        elif s == 3:
-            sum_strided(sums, u0, acc, first[u0], run, 3, k, d)
-        elif s == 4:
-            sum_strided(sums, u0, acc, first[u0], run, 4, k, d)
-        else:
-            for j in range(k):
-                at = first[u0] + j * d
-                if j == 0:
-                    for i in range(run):
-                        sums[u0 + i] = acc[at + i * s]
-                else:
-                    for i in range(run):
-                        sums[u0 + i] += acc[at + i * s]
+        _sum_at_stride(sums, u0, acc, first[u0], (count - 1) * m + u1 - u0, s, k, d)
     for t in range(count):
         row = t * n
         for side in range(2):  # before the uncut run, then after it
