@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from .ordering import is_nan
-from .folds import beats
+from .max_rows import _stride_loop
 from .simd import UNROLL, fold_strided, fold_taps, transpose_tile, vector_width
 
 
@@ -76,7 +76,8 @@ def _from_lanes(y_flat, p0, planes, n_out, lanes, block):
 @njit(inline="always")
 def _fold_rows(dst, x_flat, at, count, s, k, d):
     """``dst[i]`` = the first maximum of ``x_flat[at + i*s + t*d]`` over t < ``k``, for i <
-    ``count``: in vectors at strides 2 to 4 (each a literal), else a scalar loop."""
+    ``count``: in vectors at strides 2 to 4 (each a literal), else the row kernels' loop for
+    other strides."""
     if s == 2:
         fold_strided(dst, 0, x_flat, at, count, 2, k, d)
     elif s == 3:
@@ -84,13 +85,7 @@ def _fold_rows(dst, x_flat, at, count, s, k, d):
     elif s == 4:
         fold_strided(dst, 0, x_flat, at, count, 4, k, d)
     else:
-        for i in range(count):
-            held = x_flat[at + i * s]
-            for t in range(1, k):
-                v = x_flat[at + i * s + t * d]
-                if beats(v, held):
-                    held = v
-            dst[i] = held
+        _stride_loop(dst, 0, x_flat, at, count, s, k, d)
 
 
 @njit(cache=True, nogil=True)
