@@ -260,8 +260,9 @@ needs_affinity = pytest.mark.skipif(affinity._current_cpu_reader() is None,
 @needs_affinity
 @pytest.mark.parametrize("setting, cpus, steered", [
     ("1", 4, True),  # on, on any machine
+    ("1", 2, True),
     ("0", 2, False),  # off, even where it was measured to help
-    (None, 2, True),  # unset: on only with exactly 2 CPUs allowed, the one case measured
+    (None, 2, False),  # unset: off (opt-in), on the one machine shape measured as elsewhere
     (None, 4, False),
 ])
 def test_steer_threads_setting(monkeypatch, steering_read_afresh, setting, cpus, steered):
@@ -272,7 +273,7 @@ def test_steer_threads_setting(monkeypatch, steering_read_afresh, setting, cpus,
 def test_invalid_steer_threads_warns_and_means_unset(monkeypatch, steering_read_afresh):
     with pytest.warns(RuntimeWarning, match="POOLFOLD_STEER_THREADS"):
         masks = _masks_set_by_threaded_calls(monkeypatch, "yes", 2)
-    assert masks
+    assert not masks
 
 
 def test_a_small_call_is_one_piece_per_thread_and_a_large_one_more():

@@ -1,4 +1,4 @@
-"""Keeping the kernel pool's threads off the calling thread's core (Linux), where that helps.
+"""Keeping the kernel pool's threads off the calling thread's core (Linux), when asked to.
 
 A woken thread is placed on the core of the thread that woke it when the scheduler finds that
 cheap, and then the two halves of a call run one after the other on one core while the other
@@ -8,10 +8,10 @@ again only when the caller has moved or the pool has grown, and never pins a thr
 core.
 
 Measured only on a 2-core virtual machine, in a loop of 3 ms MaxPool calls: without steering
-8-77% of the calls took 4.5-6 ms (their threads sharing one core), with it 3-7%.  So
-``POOLFOLD_STEER_THREADS`` unset steers only where the process is allowed exactly 2 CPUs;
-``1`` steers on any machine, ``0`` never.  The setting is read once per process, at its
-first threaded call (:func:`steering`).
+8-77% of the calls took 4.5-6 ms (their threads sharing one core), with it 3-7%.  One machine
+is not evidence enough to rewrite the masks of every user's threads, so steering is opt-in:
+``POOLFOLD_STEER_THREADS=1`` steers, unset or ``0`` does not.  The setting is read once per
+process, at its first threaded call (:func:`steering`).
 """
 
 from __future__ import annotations
@@ -45,16 +45,13 @@ if hasattr(os, "register_at_fork"):
 
 @functools.lru_cache(maxsize=1)
 def steering() -> bool:
-    """Whether the pool's threads are steered: ``POOLFOLD_STEER_THREADS`` ``1`` or ``0``;
-    unset (or any other value, which warns), only where the process may run on exactly 2 CPUs,
-    the one configuration where steering was measured to help."""
+    """Whether the pool's threads are steered: only under ``POOLFOLD_STEER_THREADS=1``
+    (another value than ``0`` or ``1`` warns, and means off)."""
     value = os.environ.get(ENV, "").strip()
-    if value in ("0", "1"):
-        return value == "1"
-    if value:
+    if value and value not in ("0", "1"):
         warnings.warn(f"{ENV}={value!r} is neither 0 nor 1; ignored", RuntimeWarning,
                       stacklevel=2)
-    return hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) == 2
+    return value == "1"
 
 
 @functools.lru_cache(maxsize=1)
