@@ -276,6 +276,89 @@ def test_other_kernel_path(kind, case, monkeypatch):
     assert bool(ran) == (any(decisions) and x.size > 0 and got.size > 0), (decisions, ran)
 
 
+# Small channels-first planes summed many at once as lanes (averaging.takes_plane_lanes): the
+# row kernel's sums, bit for bit, wherever the row kernel would run.  Enough planes for a
+# few blocks of lanes and a partial last one; NaN and inf, and sums that overflow float32
+# (their float64 path), in the lanes as in the rows.
+LANE_CASES = [
+    Case((2, 9, 7, 7), [3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=1),
+    Case((1, 40, 6, 5), [2, 3], strides=[2, 1], pads=[0, 1, 1, 0], ceil_mode=1, dtype=F16),
+    Case((1, 33, 7, 6), [3, 2], strides=[1, 2], dilations=[2, 1], dtype=BF16, specials=True),
+    Case((1, 17, 4, 4, 4), [2, 2, 2], pads=[1] * 6, dtype=F64),
+    Case((3, 7, 7, 7), [3, 3], strides=[2, 2], auto_pad="SAME_UPPER", specials=True),
+    Case((1, 20, 7, 7), [7, 7], pads=[3, 3, 3, 3], scale=3e37),
+    Case((1, 70, 3, 5), [1, 3], pads=[0, 9, 0, 9], count_include_pad=1),  # empty windows
+]
+for _i, _c in enumerate(LANE_CASES):
+    _c.seed = 3000 + _i
+
+
+@pytest.mark.parametrize("kind", ["average", "lp"])
+@pytest.mark.parametrize("case", LANE_CASES, ids=ids(LANE_CASES))
+def test_plane_lanes_sum_as_the_rows_do(kind, case, monkeypatch):
+    from poolfold.ops import averaging
+
+    rows_kernel, lanes_kernel = averaging.window_rows, averaging.sum_plane_lanes
+    x = case.data()
+
+    def run(lanes: bool):
+        ran = []
+        # fresh kept launches: a launch made before would not ask the forced choice
+        monkeypatch.setattr(averaging, "_CALLS", CallCache())
+        monkeypatch.setattr(averaging, "_windows_launch",
+                            functools.lru_cache(maxsize=256)(averaging._WindowsLaunch))
+        monkeypatch.setattr(averaging, "takes_plane_lanes",
+                            lambda plan, itemsize, channels, planes: lanes and channels == 1)
+        monkeypatch.setattr(averaging, "window_rows",
+                            lambda *args: ran.append("rows") or rows_kernel(*args))
+        monkeypatch.setattr(averaging, "sum_plane_lanes",
+                            lambda *args: ran.append("lanes") or lanes_kernel(*args))
+        if kind == "lp":
+            got = poolfold.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+        else:
+            got = poolfold.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
+                                        **case.geometry)
+        return got, set(ran)
+
+    by_rows, rows_ran = run(False)
+    by_lanes, lanes_ran = run(True)
+    assert lanes_ran == ({"lanes"} if rows_ran == {"rows"} else rows_ran)
+    assert by_lanes.dtype == by_rows.dtype and by_lanes.shape == by_rows.shape
+    assert by_lanes.tobytes() == by_rows.tobytes()
+    if kind == "average":
+        want, info = oracle.average_pool(x, case.kernel,
+                                         count_include_pad=case.count_include_pad,
+                                         **case.geometry)
+    else:
+        want, info = oracle.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+    oracle.assert_within_bound(by_lanes, want, info, case.dtype, kind)
+
+
+def test_plane_lanes_chosen_for_many_small_planes():
+    from poolfold import schema
+    from poolfold.ops import averaging
+    from poolfold.ops.max_pool import resolve_plan
+
+    def chosen(shape, kernel, strides=None, itemsize=4, channels=1):
+        plan = resolve_plan(schema.resolve("AveragePool", None), shape, kernel, strides,
+                            [1] * 2 * len(kernel), None, "NOTSET", 0)
+        return averaging.takes_plane_lanes(plan, itemsize, channels, shape[0] * shape[1])
+
+    assert chosen((1, 2048, 8, 8), [3, 3])  # Inception's last average pools
+    assert chosen((1, 768, 17, 17), [3, 3]) and chosen((1, 16, 24, 24), [3, 3])
+    assert chosen((1, 64, 8, 8, 8), [3, 3, 3])
+    assert not chosen((1, 192, 35, 35), [3, 3])  # rows long enough for the row blocks
+    assert chosen((1, 192, 35, 35), [3, 3], [2, 2])  # odd rows at stride 2: no row blocks
+    assert not chosen((1, 192, 36, 36), [3, 3], [2, 2])
+    assert not chosen((1, 64, 56, 56), [3, 3], [2, 2])  # planes large enough for their rows
+    assert not chosen((1, 8, 8, 8), [3, 3])  # too few planes for a vector of lanes
+    assert not chosen((1, 256, 200), [3])  # 1-D: one row, long enough alone
+    assert not chosen((1, 64, 8, 8), [3, 3], channels=64)  # channels-last
+    assert chosen((1, 64, 16, 16), [3, 3], itemsize=8)
+    assert not chosen((1, 64, 17, 17), [3, 3], itemsize=8)
+    assert chosen((1, 64, 35, 35), [3, 3], [2, 2], itemsize=8)
+
+
 def test_average_pool_defaults():
     """Only kernel_shape: strides 1, no pads, count_include_pad 0, floor mode."""
     x = make_data((2, 3, 6, 5), F32, 5)

@@ -253,6 +253,23 @@ def test_rows_summed_in_blocks_match_rows_summed_alone():
         assert_same(got.compute(**THREADS), expected)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_planes_summed_as_lanes_match_planes_summed_alone(dtype):
+    """In memory, 16 or more small channels-first planes are summed many at once as lanes;
+    a chunk with fewer planes sums its rows one plane at a time.  Every output keeps its
+    bits (chunks of 24 planes and of 4 here, NaN and inf among the values)."""
+    x = data((2, 24, 7, 9), dtype, seed=3)
+    for kw in (dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+               dict(kernel_shape=[3, 2], strides=[2, 2], ceil_mode=1)):
+        expected = poolfold.average_pool(x, **kw)
+        for chunks in ((2, 24, 7, 9), (1, 4, 7, 9), (2, (20, 4), (3, 4), 9)):
+            got = pdask.average_pool(da.from_array(x, chunks=chunks), **kw)
+            assert_same(got.compute(**THREADS), expected)
+    expected = poolfold.lp_pool(x, [2, 2], p=2)
+    got = pdask.lp_pool(da.from_array(x, chunks=(1, 4, 7, 9)), [2, 2], p=2)
+    assert_same(got.compute(**THREADS), expected)
+
+
 def test_float64_average_of_subnormals():
     rng = np.random.default_rng(0)
     x = rng.integers(1, 50, (1, 4, 12)) * 5e-324  # multiples of the smallest subnormal

@@ -13,7 +13,13 @@ lanes are turned back into Y's planes the same way.  The block's lanes sit in ca
 the three steps.  Windows that tile each row along the last axis (2x2 at stride 2) are
 folded along it first, where the planes lie, so that half as much is turned into lanes.
 
-The taps of every output are a table (``starts``, ``tap_first``) built once per plan
+Sums over small planes (AveragePool, LpPool: :func:`sum_plane_lanes`) take the same lanes
+and hand them to the row sums' kernel (:func:`poolfold.kernels.window_rows.window_rows`) as
+one channels-last sample of ``P`` channels: its loops then run over whole vectors of lanes
+rather than rows of a few elements, and since that kernel adds each window's values in the
+same order in either layout, the sums are bit for bit those of the planes pooled one by one.
+
+The taps of every output (of the maximum) are a table (``starts``, ``tap_first``) built once per plan
 (:func:`poolfold.ops.max_pool.plane_lanes_tables`): the in-bounds input positions of output
 o's window, in window order, are ``starts[tap_first[o]:tap_first[o + 1]]``, each already
 multiplied by ``P``.  Any rank, stride, dilation, padding and ceil mode is such a table; its
@@ -29,6 +35,8 @@ from numba import njit
 from .ordering import is_nan
 from .max_rows import _stride_loop
 from .simd import UNROLL, fold_strided, fold_taps, transpose_tile, vector_width
+from .window_rows import window_rows
+from .window_sum import OUT
 
 
 @njit(inline="always")
@@ -127,6 +135,31 @@ def max_plane_lanes(x, y, starts, tap_first, block, row_fold, empty_value, start
                 fold_taps(lanes_out, o * block, lanes_in, starts, first, taps, block, False)
             else:
                 fold_taps(lanes_out, o * block, lanes_in, starts, first, taps, block, True)
+        _from_lanes(y_flat, p0, count, n_out, lanes_out, block)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def sum_plane_lanes(x, y, axes, taps, axis_inverse, mode, mark, p, block, start, stop):
+    """Fill planes ``[start*block, stop*block)`` of ``y`` (planes, output size, in Y's own
+    element type) with the window sums of ``x`` (planes, input size), ``block`` planes a work
+    item: turned into lanes, summed by :func:`window_rows` as one channels-last sample of
+    ``block`` channels (its arguments after X and Y as :func:`window_rows` takes them), and
+    turned back (see the module's docstring)."""
+    planes, n = x.shape
+    n_out = y.shape[1]
+    x_flat = x.reshape(x.size)
+    y_flat = y.reshape(y.size)
+    rows = n_out // axes[OUT, axes.shape[1] - 1]  # output rows of one plane
+    # zeroed once: the lanes past a partial last block hold zeros or an earlier block's
+    # values, summed but never written back
+    lanes_in = np.zeros(n * block, x.dtype)
+    lanes_out = np.empty(n_out * block, y.dtype)
+    for item in range(start, stop):
+        p0 = item * block
+        count = min(block, planes - p0)
+        _to_lanes(lanes_in, x_flat, p0, count, n, block)
+        window_rows(lanes_in, lanes_out, axes, taps, axis_inverse, block, mode, mark, p, 0,
+                    rows)
         _from_lanes(y_flat, p0, count, n_out, lanes_out, block)
 
 

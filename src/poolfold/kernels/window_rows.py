@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from numba import njit, types
-from numba.extending import overload
+from numba.extending import overload, register_jitable
 
 from .half import narrow_to
 from .odometer import next_in_ranges
@@ -158,9 +158,8 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
     # the loops' own costs then count once per block instead of once per row.  At stride 1
     # along the axis before the last, the block's input rows are one run.
     block_rows = 1
-    n_last, s_last = axes[N, last], axes[STRIDE, last]
-    if (channels == 1 and rank >= 2 and n_last % s_last == 0
-            and out_last <= n_last // s_last):
+    n_last = axes[N, last]
+    if channels == 1 and rank >= 2 and rows_fit_blocks(n_last, axes[STRIDE, last], out_last):
         block_rows = max(1, BLOCK_ELEMENTS // n_last)
     acc = _accumulator(row_length * np.uint64(block_rows), mark, x)
     sums = _accumulator(max(out_length, row_length * np.uint64(block_rows)), mark, x)
@@ -327,6 +326,14 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
 BLOCK_ELEMENTS = 2048
 
 
+@register_jitable
+def rows_fit_blocks(n, s, out):
+    """Whether channels-first rows of ``n`` inputs and ``out`` outputs at stride ``s`` along
+    the last axis are taken in blocks (see window_rows): the stride divides the row, and
+    each row's outputs fit in n / s."""
+    return n % s == 0 and out <= n // s
+
+
 @njit(inline="always")
 def _sum_at_stride(dst, to, src, at, count, s, k, d):
     """``dst[to + i]`` = the sum of ``src[at + i*s + j*d]`` over the taps j < ``k``, added
@@ -362,9 +369,9 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
     (t * m + o - u0) * s + j * d]``: for every row at once, one loop per tap over the run of
     outputs, written to ``sums[t * m + o]``; the run's positions between rows hold sums
     across the rows' seam, which no output keeps.  The cut outputs (at most a window's width
-    at each end) are summed one by one into the seam's places: each row's outputs then lie
-    at ``sums[t * m:t * m + out_last]``, stored by one loop per row.  Each output adds the
-    same values in the same order as in a row of its own."""
+    at each end) are summed into the seam's places, one output of every row at a time: each
+    row's outputs then lie at ``sums[t * m:t * m + out_last]``, stored by one loop per row.
+    Each output adds the same values in the same order as in a row of its own."""
     last = axes.shape[1] - 1
     n = axes[N, last]
     out_last = axes[OUT, last]
@@ -374,17 +381,24 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
     u0, u1 = axes[UNCUT_LO, last], axes[UNCUT_HI, last]
     if u1 > u0:  # the run, each output's taps added in a register (see window_rows)
         _sum_at_stride(sums, u0, acc, first[u0], (count - 1) * m + u1 - u0, s, k, d)
-    for t in range(count):
-        row = t * n
-        for side in range(2):  # before the uncut run, then after it
-            for o in range(0 if side == 0 else max(u0, u1), u0 if side == 0 else out_last):
-                if hi[o] <= lo[o]:
-                    sums[t * m + o] = 0.0
-                    continue
-                total = acc[row + first[o] + lo[o] * d]  # in the sums' type, as they add
-                for j in range(lo[o] + 1, hi[o]):
-                    total += acc[row + first[o] + j * d]
-                sums[t * m + o] = total
+    # The cut outputs, each for every row of the block at once, tap by tap: the rows'
+    # additions are independent, where one output's taps within a row each wait on the
+    # last (3x3 stride 1 with pads 1 over (1,192,35,35): 0.75-0.8 of the time by rows).
+    row_pitch, out_pitch = np.uint64(n), np.uint64(m)
+    for side in range(2):  # before the uncut run, then after it
+        for o in range(0 if side == 0 else max(u0, u1), u0 if side == 0 else out_last):
+            to = np.uint64(o)
+            if hi[o] <= lo[o]:
+                for t in range(np.uint64(count)):
+                    sums[t * out_pitch + to] = 0.0
+                continue
+            at = np.uint64(first[o] + lo[o] * d)
+            for t in range(np.uint64(count)):
+                sums[t * out_pitch + to] = acc[t * row_pitch + at]
+            for j in range(lo[o] + 1, hi[o]):
+                at = np.uint64(first[o] + j * d)
+                for t in range(np.uint64(count)):
+                    sums[t * out_pitch + to] += acc[t * row_pitch + at]
     b0 = position[last - 1]
     if mode == AVERAGE:
         row_scale = 1.0

@@ -22,12 +22,14 @@ from ..errors import PoolfoldError, PoolfoldTypeError
 from ..geometry import WindowPlan
 from ..kernels.activation import IDENTITY
 from ..kernels.native_split import Crew
+from ..kernels.plane_lanes import block_planes, sum_plane_lanes
 from ..kernels.threads import kernel_threads, launch_split, split_parts
 from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RUN_SUFFIX,
                                   ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
                                   global_max, term_marker, plane_means, plane_sums,
                                   scaled_plane_sums, scaled_window_sums, window_sums)
-from ..kernels.window_rows import BLOCK_ELEMENTS as ROW_BLOCK_ELEMENTS, window_rows
+from ..kernels.window_rows import (BLOCK_ELEMENTS as ROW_BLOCK_ELEMENTS, rows_fit_blocks,
+                                   window_rows)
 from ..memory import allocate, check_size, check_table
 from ._common import CallCache, activate, as_rows, as_tensor, flag, kernel_rows
 from .layout import channels_last_order, is_channels_last, nchw_order
@@ -151,6 +153,40 @@ def takes_row_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float) -> bo
             and p in (1.0, 2.0)
             and plan.kernel[-1] <= ROW_MAX_LAST_TAPS
             and math.prod(plan.kernel[:-1]) <= ROW_MAX_OUTER_TAPS)
+
+
+# Channels-first planes of at least 2 axes, at least SUM_LANES_FEWEST_PLANES of them, are
+# summed many at once as lanes (sum_plane_lanes) where they take the row sums: up to
+# SUM_LANES_MOST_INPUT elements (SUM_LANES_MOST_INPUT_8 for 8-byte types), whose rows are too
+# short for the row kernel's loops, and up to SUM_LANES_MOST_UNBLOCKED where the row kernel
+# cannot take their rows in blocks (window_rows.rows_fit_blocks: an odd row at stride 2).
+# Measured on 2 threads, lanes' time over rows', float32 AveragePool: 3x3 stride 1 over
+# (1,512,7,7) 0.18, (1,192,17,17) 0.75, (1,64,24,24) 0.80-0.84, (1,192,24,24) 0.89-1.04,
+# (1,192,28,28) 0.99-1.24, (1,192,32,32) 1.74 (every row of a block in one cache set);
+# 3x3 stride 2 over (1,192,35,35) 0.49, over (1,192,17,17) 0.27, over (1,192,40,40) (rows
+# in blocks) 1.00; 2x2 stride 2 over (1,192,35,35) 0.51; (1,64,12,12,12) 3x3x3 0.32;
+# float16 0.17-0.86; LpPool p=2 0.22-0.92; float64 0.29-0.72 up to 16x16 planes, 1.13 over
+# (1,384,17,17) at stride 1, 0.79-0.85 over (1,384,35,35) at stride 2; 16 planes
+# 0.72-0.90, 8 planes 0.83-1.31 (a vector of float32 lanes half filled); 1-D rows
+# 1.08-1.59.
+SUM_LANES_MOST_INPUT = 576
+SUM_LANES_MOST_INPUT_8 = 256
+SUM_LANES_MOST_UNBLOCKED = 2048
+SUM_LANES_FEWEST_PLANES = 16
+
+
+def takes_plane_lanes(plan: WindowPlan, itemsize: int, channels: int, planes: int) -> bool:
+    """Whether the row sums of ``planes`` channels-first planes of ``itemsize``-byte values
+    take them many at once as lanes (:func:`sum_plane_lanes`).  The sums are bit for bit
+    the row kernel's, so unlike :func:`takes_row_sums` this may depend on the tensor's
+    size."""
+    if channels != 1 or plan.rank < 2 or planes < SUM_LANES_FEWEST_PLANES:
+        return False
+    size = math.prod(plan.in_shape)
+    if size <= (SUM_LANES_MOST_INPUT_8 if itemsize == 8 else SUM_LANES_MOST_INPUT):
+        return True
+    return size <= SUM_LANES_MOST_UNBLOCKED and not rows_fit_blocks(
+        plan.in_shape[-1], plan.strides[-1], plan.out_shape[-1])
 
 
 def running_sum_axes(plan: WindowPlan, dtype: np.dtype, kind: str, p: float = 2.0,
@@ -367,6 +403,14 @@ class _WindowsLaunch(_Launch):
         if not any(running) and takes_row_sums(plan, dtype, kind, p):
             _check_row_scratch(label, plan, layout.channels)
             rows = layout.outer * (math.prod(plan.out_shape) // plan.out_shape[-1])
+            if takes_plane_lanes(plan, dtype.itemsize, layout.channels, layout.outer):
+                block = block_planes(self.value_type, layout.outer, threads)
+                self.kernel, self.count = sum_plane_lanes, -(-layout.outer // block)
+                self.flat = False
+                self.arguments = (tables.axes, tables.taps, tables.axis_inverse, mode,
+                                  term_marker(transform), float(p), block)
+                self.parts = split_parts(self.count, work, threads)
+                return
             self.kernel, self.count = window_rows, rows
             self.arguments = (tables.axes, tables.taps, tables.axis_inverse, layout.channels,
                               mode, term_marker(transform), float(p))
