@@ -19,12 +19,12 @@ one channels-last sample of ``P`` channels: its loops then run over whole vector
 rather than rows of a few elements, and since that kernel adds each window's values in the
 same order in either layout, the sums are bit for bit those of the planes pooled one by one.
 
-The taps of every output (of the maximum) are a table (``starts``, ``tap_first``) built once per plan
-(:func:`poolfold.ops.max_pool.plane_lanes_tables`): the in-bounds input positions of output
-o's window, in window order, are ``starts[tap_first[o]:tap_first[o + 1]]``, each already
-multiplied by ``P``.  Any rank, stride, dilation, padding and ceil mode is such a table; its
-size (outputs times taps) is why only small planes come here.  The kernel never validates:
-the op layer has checked every shape and table.
+For the maximum, the taps of every output are a table (``starts``, ``tap_first``) built
+once per plan (:func:`poolfold.ops.max_pool.plane_lanes_tables`): the in-bounds input
+positions of output o's window, in window order, are ``starts[tap_first[o]:tap_first[o +
+1]]``, each already multiplied by ``P``.  Any rank, stride, dilation, padding and ceil mode
+is such a table; its size (outputs times taps) is why only small planes come here.  The
+kernels never validate: the op layer has checked every shape and table.
 """
 
 from __future__ import annotations
