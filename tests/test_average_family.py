@@ -348,15 +348,15 @@ def test_plane_lanes_chosen_for_many_small_planes():
     assert chosen((1, 768, 17, 17), [3, 3]) and chosen((1, 16, 24, 24), [3, 3])
     assert chosen((1, 64, 8, 8, 8), [3, 3, 3])
     assert not chosen((1, 192, 35, 35), [3, 3])  # rows long enough for the row blocks
-    assert chosen((1, 192, 35, 35), [3, 3], [2, 2])  # odd rows at stride 2: no row blocks
-    assert not chosen((1, 192, 36, 36), [3, 3], [2, 2])
+    assert not chosen((1, 192, 35, 35), [3, 3], [2, 2])
+    assert chosen((1, 64, 30, 30), [2, 2])  # rows with more outputs than n / s
+    assert not chosen((1, 64, 60, 60), [2, 2])  # ...but planes too large
     assert not chosen((1, 64, 56, 56), [3, 3], [2, 2])  # planes large enough for their rows
     assert not chosen((1, 8, 8, 8), [3, 3])  # too few planes for a vector of lanes
     assert not chosen((1, 256, 200), [3])  # 1-D: one row, long enough alone
     assert not chosen((1, 64, 8, 8), [3, 3], channels=64)  # channels-last
     assert chosen((1, 64, 16, 16), [3, 3], itemsize=8)
     assert not chosen((1, 64, 17, 17), [3, 3], itemsize=8)
-    assert chosen((1, 64, 35, 35), [3, 3], [2, 2], itemsize=8)
 
 
 def test_average_pool_defaults():

@@ -159,7 +159,7 @@ WINDOW_SUM_PATHS = [
 
 
 # Blocks of short channels-first rows at a stride (window_rows' _store_block): each row's
-# outputs fit in its input row over the stride, which divides it.  (shape, kernel, strides,
+# outputs fit in its input row over the stride, rounded up.  (shape, kernel, strides,
 # pads, op, p, dtype)
 STRIDED_ROW_BLOCKS = [
     ((2, 3, 16, 16), [2, 2], [2, 2], None, "average", None, np.float32),  # a literal stride
@@ -167,6 +167,9 @@ STRIDED_ROW_BLOCKS = [
     ((1, 2, 15, 20), [3, 5], [3, 5], None, "average", None, np.float32),  # a stride of 5
     ((1, 2, 6, 8, 8), [2, 3, 2], [2, 2, 2], None, "lp", 2, np.float32),
     ((1, 2, 12, 12), [3, 3], [2, 2], [1, 1, 0, 0], "average", None, np.float16),
+    # rows the stride does not divide: a block's rows at a pitch rounded up to it
+    ((2, 3, 13, 13), [3, 3], [2, 2], [1, 1, 1, 1], "average", None, np.float32),
+    ((1, 2, 11, 16), [5, 5], [3, 3], [2, 2, 2, 2], "lp", 2, np.float32),
 ]
 
 

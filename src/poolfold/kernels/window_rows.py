@@ -153,16 +153,24 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
     row_length = np.uint64(axes[N, last] * channels)
     out_length = np.uint64(out_last * channels)
     # Channels-first output rows whose windows along the axis before the last are whole are
-    # taken up to block_rows at a time (see _store_block), where each row's outputs fit in
-    # its input row's length over the last axis's stride (which divides it): for short rows,
-    # the loops' own costs then count once per block instead of once per row.  At stride 1
-    # along the axis before the last, the block's input rows are one run.
+    # taken up to block_rows at a time (see _store_block), each row's vertical sum ``pitch``
+    # after the last's: the row's length rounded up to a multiple of the last axis's stride
+    # (the slots past the row zeros, read by no output), where each row's outputs fit in
+    # pitch / stride.  For short rows, the loops' own costs then count once per block
+    # instead of once per row.  Where the pitch is the row's length, at stride 1 along the
+    # axis before the last, the block's input rows are one run.
     block_rows = 1
-    n_last = axes[N, last]
-    if channels == 1 and rank >= 2 and rows_fit_blocks(n_last, axes[STRIDE, last], out_last):
-        block_rows = max(1, BLOCK_ELEMENTS // n_last)
-    acc = _accumulator(row_length * np.uint64(block_rows), mark, x)
-    sums = _accumulator(max(out_length, row_length * np.uint64(block_rows)), mark, x)
+    n_last, s_last = axes[N, last], axes[STRIDE, last]
+    pitch = n_last
+    if channels == 1 and rank >= 2 and rows_fit_blocks(n_last, s_last, out_last):
+        pitch = -(-n_last // s_last) * s_last
+        block_rows = max(1, BLOCK_ELEMENTS // pitch)
+    block_length = np.uint64(pitch) * np.uint64(block_rows)
+    acc = _accumulator(max(row_length, block_length), mark, x)
+    if pitch != n_last:  # the slots past each row, never written
+        for i in range(block_length):
+            acc[i] = 0.0
+    sums = _accumulator(max(out_length, row_length, block_length), mark, x)
     shrink = _shrink(axes)
     # where each input row the outer axes' taps reach starts (at most the taps in bounds)
     most_rows = 1
@@ -205,8 +213,8 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
             tap[a] = taps[1, a, position[a]]
             if tap[a] >= taps[2, a, position[a]]:
                 empty = True
-        if empty:
-            for i in range(span):
+        if empty:  # a block's rows at their pitch (its slots are zeros already)
+            for i in range(np.uint64(pitch) * np.uint64(count) if count > 1 else span):
                 acc[i] = 0.0
         rows_in = 0
         while not empty:
@@ -229,17 +237,18 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
             if a < 0:
                 break
         if rows_in > 0:
-            if count > 1 and row_step != n_last:  # each row's own input rows: a sum each
+            if count > 1 and (row_step != n_last or pitch != n_last):  # a sum each row
                 for t in range(count):  # unsigned, as the loops index (see above)
-                    _add_rows(acc, np.uint64(t) * row_length, x, row_at, rows_in, row_length,
-                              mark, p)
+                    _add_rows(acc, np.uint64(t) * np.uint64(pitch), x, row_at, rows_in,
+                              row_length, mark, p)
                     for q in range(rows_in):
                         row_at[q] += row_step
             else:  # a block's rows at stride 1 read one run of rows
                 _add_rows(acc, 0, x, row_at, rows_in, span, mark, p)
         if count > 1:
             _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides,
-                         outer * size, outer * outputs + r * out_last, count, mode, p, shrink)
+                         outer * size, outer * outputs + r * out_last, count, pitch, mode, p,
+                         shrink)
             item += count
             continue
         # The horizontal sum: the uncut outputs tap by tap across the row (the first tap
@@ -329,9 +338,9 @@ BLOCK_ELEMENTS = 2048
 @register_jitable
 def rows_fit_blocks(n, s, out):
     """Whether channels-first rows of ``n`` inputs and ``out`` outputs at stride ``s`` along
-    the last axis are taken in blocks (see window_rows): the stride divides the row, and
-    each row's outputs fit in n / s."""
-    return n % s == 0 and out <= n // s
+    the last axis are taken in blocks (see window_rows): each row's outputs fit in n / s
+    rounded up (a block's rows lie that many strides apart)."""
+    return out <= -(-n // s)
 
 
 @njit(inline="always")
@@ -361,10 +370,10 @@ def _sum_at_stride(dst, to, src, at, count, s, k, d):
 
 @_helper
 def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides, x_at,
-                 y_at, count, mode, p, shrink):
+                 y_at, count, n, mode, p, shrink):
     """Outputs of ``count`` consecutive rows (channels-first, windows whole along the axis
-    before the last; stride s along the last, which divides its length n, with out_last <=
-    m = n / s) from ``acc``, their vertical sums end to end (row t at ``t * n``).  An uncut
+    before the last; stride s along the last, with out_last <= m = n / s) from ``acc``,
+    their vertical sums ``n`` apart (row t at ``t * n``; n, the pitch, a multiple of s).  An uncut
     output o of row t adds ``acc[t * n + first[o] + j * d]``, which is ``acc[first[u0] +
     (t * m + o - u0) * s + j * d]``: for every row at once, one loop per tap over the run of
     outputs, written to ``sums[t * m + o]``; the run's positions between rows hold sums
@@ -373,7 +382,6 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
     row's outputs then lie at ``sums[t * m:t * m + out_last]``, stored by one loop per row.
     Each output adds the same values in the same order as in a row of its own."""
     last = axes.shape[1] - 1
-    n = axes[N, last]
     out_last = axes[OUT, last]
     first, lo, hi = taps[0, last], taps[1, last], taps[2, last]
     k, d, s = axes[KERNEL, last], axes[DILATION, last], axes[STRIDE, last]

@@ -159,15 +159,14 @@ def takes_row_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float) -> bo
 # summed many at once as lanes (sum_plane_lanes) where they take the row sums: up to
 # SUM_LANES_MOST_INPUT elements (SUM_LANES_MOST_INPUT_8 for 8-byte types), whose rows are too
 # short for the row kernel's loops, and up to SUM_LANES_MOST_UNBLOCKED where the row kernel
-# cannot take their rows in blocks (window_rows.rows_fit_blocks: an odd row at stride 2).
-# Measured on 2 threads, lanes' time over rows', float32 AveragePool: 3x3 stride 1 over
-# (1,512,7,7) 0.18, (1,192,17,17) 0.75, (1,64,24,24) 0.80-0.84, (1,192,24,24) 0.89-1.04,
-# (1,192,28,28) 0.99-1.24, (1,192,32,32) 1.74 (every row of a block in one cache set);
-# 3x3 stride 2 over (1,192,35,35) 0.49, over (1,192,17,17) 0.27, over (1,192,40,40) (rows
-# in blocks) 1.00; 2x2 stride 2 over (1,192,35,35) 0.51; (1,64,12,12,12) 3x3x3 0.32;
-# float16 0.17-0.86; LpPool p=2 0.22-0.92; float64 0.29-0.72 up to 16x16 planes, 1.13 over
-# (1,384,17,17) at stride 1, 0.79-0.85 over (1,384,35,35) at stride 2; 16 planes
-# 0.72-0.90, 8 planes 0.83-1.31 (a vector of float32 lanes half filled); 1-D rows
+# cannot take their rows in blocks (window_rows.rows_fit_blocks).  Measured on 2 threads,
+# lanes' time over rows', float32 AveragePool: 3x3 stride 1 over (1,512,7,7) 0.18,
+# (1,192,17,17) 0.65-0.75, (1,64,24,24) 0.80-0.84, (1,192,24,24) 0.86-1.04, (1,192,28,28)
+# 0.99-1.24, (1,192,32,32) 1.74 (every row of a block in one cache set), (1,192,35,35)
+# 1.05-1.10; 3x3 stride 2 over (1,192,17,17) 0.41, over (1,192,24,24) 0.72, over
+# (1,192,35,35) 0.88; (1,64,12,12,12) 3x3x3 0.32; float16 0.17-0.86; LpPool p=2
+# 0.22-0.92; float64 0.29-0.72 up to 16x16 planes, 1.13 over (1,384,17,17) at stride 1;
+# 16 planes 0.72-0.90, 8 planes 0.83-1.31 (a vector of float32 lanes half filled); 1-D rows
 # 1.08-1.59.
 SUM_LANES_MOST_INPUT = 576
 SUM_LANES_MOST_INPUT_8 = 256
