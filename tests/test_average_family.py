@@ -359,6 +359,25 @@ def test_plane_lanes_chosen_for_many_small_planes():
     assert not chosen((1, 64, 17, 17), [3, 3], itemsize=8)
 
 
+def test_row_blocks_pitch_and_a_stride_far_beyond_the_row():
+    """A block's rows lie at the row's length rounded up to the stride, only where two rows
+    fit a block: a stride of 10**12 over a row of 10 (one output a row) once made the row
+    kernel's scratch 10**12 elements long."""
+    from poolfold.kernels.window_rows import block_pitch
+
+    assert block_pitch(35, 2, 18) == 36 and block_pitch(56, 2, 28) == 56
+    assert block_pitch(35, 2, 19) == 0  # more outputs than the pitch holds
+    assert block_pitch(1500, 1, 1500) == 0  # two rows would not fit a block
+    assert block_pitch(10, 10**12, 1) == 0
+    x = make_data((1, 2, 3, 10), F32, 7)
+    for op in ("average", "lp"):
+        function = poolfold.average_pool if op == "average" else poolfold.lp_pool
+        want, info = (oracle.average_pool if op == "average" else oracle.lp_pool)(
+            x, [1, 2], strides=[1, 10**12])
+        got = function(x, [1, 2], strides=[1, 10**12])
+        oracle.assert_within_bound(got, want, info, F32, op)
+
+
 def test_average_pool_defaults():
     """Only kernel_shape: strides 1, no pads, count_include_pad 0, floor mode."""
     x = make_data((2, 3, 6, 5), F32, 5)

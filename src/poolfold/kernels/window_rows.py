@@ -154,17 +154,18 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
     out_length = np.uint64(out_last * channels)
     # Channels-first output rows whose windows along the axis before the last are whole are
     # taken up to block_rows at a time (see _store_block), each row's vertical sum ``pitch``
-    # after the last's: the row's length rounded up to a multiple of the last axis's stride
-    # (the slots past the row zeros, read by no output), where each row's outputs fit in
-    # pitch / stride.  For short rows, the loops' own costs then count once per block
-    # instead of once per row.  Where the pitch is the row's length, at stride 1 along the
-    # axis before the last, the block's input rows are one run.
+    # after the last's (block_pitch: the row's length rounded up to a multiple of the last
+    # axis's stride, the slots past the row zeros, read by no output).  For short rows, the
+    # loops' own costs then count once per block instead of once per row.  Where the pitch
+    # is the row's length, at stride 1 along the axis before the last, the block's input
+    # rows are one run.
     block_rows = 1
     n_last, s_last = axes[N, last], axes[STRIDE, last]
-    pitch = n_last
-    if channels == 1 and rank >= 2 and rows_fit_blocks(n_last, s_last, out_last):
-        pitch = -(-n_last // s_last) * s_last
-        block_rows = max(1, BLOCK_ELEMENTS // pitch)
+    pitch = block_pitch(n_last, s_last, out_last) if channels == 1 and rank >= 2 else 0
+    if pitch > 0:
+        block_rows = BLOCK_ELEMENTS // pitch
+    else:
+        pitch = n_last
     block_length = np.uint64(pitch) * np.uint64(block_rows)
     acc = _accumulator(max(row_length, block_length), mark, x)
     if pitch != n_last:  # the slots past each row, never written
@@ -336,11 +337,16 @@ BLOCK_ELEMENTS = 2048
 
 
 @register_jitable
-def rows_fit_blocks(n, s, out):
-    """Whether channels-first rows of ``n`` inputs and ``out`` outputs at stride ``s`` along
-    the last axis are taken in blocks (see window_rows): each row's outputs fit in n / s
-    rounded up (a block's rows lie that many strides apart)."""
-    return out <= -(-n // s)
+def block_pitch(n, s, out):
+    """Where channels-first rows of ``n`` inputs and ``out`` outputs at stride ``s`` along
+    the last axis lie in a block of rows (see window_rows), one after another: n rounded up
+    to a multiple of s, where each row's outputs fit in that over s and a block holds two
+    rows at least; else 0, the rows taken one at a time (a stride far beyond the row would
+    otherwise make the pitch, and the scratch, as long as the stride)."""
+    steps = -(-n // s)
+    if out > steps or steps > BLOCK_ELEMENTS // 2 // s:
+        return 0
+    return steps * s
 
 
 @njit(inline="always")
@@ -373,8 +379,8 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
                  y_at, count, n, mode, p, shrink):
     """Outputs of ``count`` consecutive rows (channels-first, windows whole along the axis
     before the last; stride s along the last, with out_last <= m = n / s) from ``acc``,
-    their vertical sums ``n`` apart (row t at ``t * n``; n, the pitch, a multiple of s).  An uncut
-    output o of row t adds ``acc[t * n + first[o] + j * d]``, which is ``acc[first[u0] +
+    their vertical sums ``n`` apart (row t at ``t * n``; n, the pitch, a multiple of s).  An
+    uncut output o of row t adds ``acc[t * n + first[o] + j * d]``, which is ``acc[first[u0] +
     (t * m + o - u0) * s + j * d]``: for every row at once, one loop per tap over the run of
     outputs, written to ``sums[t * m + o]``; the run's positions between rows hold sums
     across the rows' seam, which no output keeps.  The cut outputs (at most a window's width

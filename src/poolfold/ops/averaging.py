@@ -28,7 +28,7 @@ from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RU
                                   ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
                                   global_max, term_marker, plane_means, plane_sums,
                                   scaled_plane_sums, scaled_window_sums, window_sums)
-from ..kernels.window_rows import (BLOCK_ELEMENTS as ROW_BLOCK_ELEMENTS, rows_fit_blocks,
+from ..kernels.window_rows import (BLOCK_ELEMENTS as ROW_BLOCK_ELEMENTS, block_pitch,
                                    window_rows)
 from ..memory import allocate, check_size, check_table
 from ._common import CallCache, activate, as_rows, as_tensor, flag, kernel_rows
@@ -159,7 +159,7 @@ def takes_row_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float) -> bo
 # summed many at once as lanes (sum_plane_lanes) where they take the row sums: up to
 # SUM_LANES_MOST_INPUT elements (SUM_LANES_MOST_INPUT_8 for 8-byte types), whose rows are too
 # short for the row kernel's loops, and up to SUM_LANES_MOST_UNBLOCKED where the row kernel
-# cannot take their rows in blocks (window_rows.rows_fit_blocks).  Measured on 2 threads,
+# cannot take their rows in blocks (window_rows.block_pitch).  Measured on 2 threads,
 # lanes' time over rows', float32 AveragePool: 3x3 stride 1 over (1,512,7,7) 0.18,
 # (1,192,17,17) 0.65-0.75, (1,64,24,24) 0.80-0.84, (1,192,24,24) 0.86-1.04, (1,192,28,28)
 # 0.99-1.24, (1,192,32,32) 1.74 (every row of a block in one cache set), (1,192,35,35)
@@ -184,7 +184,7 @@ def takes_plane_lanes(plan: WindowPlan, itemsize: int, channels: int, planes: in
     size = math.prod(plan.in_shape)
     if size <= (SUM_LANES_MOST_INPUT_8 if itemsize == 8 else SUM_LANES_MOST_INPUT):
         return True
-    return size <= SUM_LANES_MOST_UNBLOCKED and not rows_fit_blocks(
+    return size <= SUM_LANES_MOST_UNBLOCKED and not block_pitch(
         plan.in_shape[-1], plan.strides[-1], plan.out_shape[-1])
 
 
