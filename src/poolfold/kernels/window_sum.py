@@ -799,37 +799,43 @@ def global_max(x, keys, y_keys, size, channels, order, start, stop):
     if any, written through ``y_keys``, Y's bits as signed integers as ``keys`` is X's.  Work
     items are outers.
 
-    IEEE floats sort as their bits read as sign-magnitude integers: ``k ^ ((k >> shift) &
-    mask)`` turns a signed view of the bits into keys that sort as the values, NaNs beyond
-    the infinities, and turns a key back into the bits (``order``: shift, mask, the keys of
-    +inf and -inf).  A plane's largest and smallest key come from one integer loop that
-    vectorises (a float maximum with NaN in play does not), and the largest key is the
-    answer's bits: equal values have equal bits but for the zeros and the NaNs.  Planes
-    whose answer is a NaN, or +0 (which ties with -0), are found again in order once every
-    plane is done (:func:`_first_winner`): a branch to that search inside the plane loop
-    made 49-element planes 2.5x slower."""
-    shift, mask, top, bottom = order[0], order[1], order[2], order[3]
+    IEEE floats sort as their bits read as sign-magnitude integers: flipping every bit but
+    the sign of the negative ones (``order``: that mask, then the keys of +inf and -inf)
+    turns a signed view of the bits into keys that sort as the values, NaNs beyond the
+    infinities, and turns a key back into the bits.  A plane's largest and smallest key come
+    from one integer loop that vectorises (a float maximum with NaN in play does not), and
+    the largest key is the answer's bits: equal values have equal bits but for the zeros and
+    the NaNs.  Planes whose answer is a NaN, or +0 (which ties with -0), are found again in
+    order once every plane is done (:func:`_first_winner`): a branch to that search inside
+    the plane loop made 49-element planes 2.5x slower.
+
+    The keys stay in the bits' own width, and the flip is a select on the sign rather than
+    an arithmetic shift by a width numba only knows at run time: numba widens integer
+    arithmetic to 64 bits, and a variable shift kept it there.  Float32 planes took
+    0.43-0.53 of the time of 64-bit keys."""
+    own = keys.dtype.type
+    mask, top, bottom = own(order[0]), own(order[1]), own(order[2])
     if channels == 1:
         fixes = np.empty(stop - start, np.int64)  # planes searched again
         fixing = 0
         for i in range(start, stop):
-            high = bottom - 1
-            low = top + 1
+            high = own(bottom - 1)
+            low = own(top + 1)
             for q in range(size):
-                k = np.int64(keys[i, q])
-                key = k ^ ((k >> shift) & mask)
+                k = keys[i, q]
+                key = own(k ^ mask) if k < 0 else k
                 high = max(high, key)
                 low = min(low, key)
-            y_keys[i, 0] = high ^ ((high >> shift) & mask)
+            y_keys[i, 0] = own(high ^ mask) if high < 0 else high
             fixes[fixing] = i
             fixing += (high > top) | (low < bottom) | (high == 0)
         for f in range(fixing):
-            y_keys[fixes[f], 0] = _first_winner(x, keys, fixes[f], 0, size, 1, order)
+            y_keys[fixes[f], 0] = _first_winner(x, keys, fixes[f], 0, size, 1, mask)
         return
     # channels-last: the same keys per channel, each position's run of channels one
     # vectorised loop
-    high = np.empty(channels, np.int64)
-    low = np.empty(channels, np.int64)
+    high = np.empty(channels, keys.dtype)
+    low = np.empty(channels, keys.dtype)
     for i in range(start, stop):
         for c in range(channels):
             high[c] = bottom - 1
@@ -837,31 +843,30 @@ def global_max(x, keys, y_keys, size, channels, order, start, stop):
         for q in range(size):
             at = q * channels
             for c in range(channels):
-                k = np.int64(keys[i, at + c])
-                key = k ^ ((k >> shift) & mask)
+                k = keys[i, at + c]
+                key = own(k ^ mask) if k < 0 else k
                 high[c] = max(high[c], key)
                 low[c] = min(low[c], key)
         for c in range(channels):
             h = high[c]
             if h > top or low[c] < bottom or h == 0:
-                y_keys[i, c] = _first_winner(x, keys, i, c, size, channels, order)
+                y_keys[i, c] = _first_winner(x, keys, i, c, size, channels, mask)
             else:
-                y_keys[i, c] = h ^ ((h >> shift) & mask)
+                y_keys[i, c] = own(h ^ mask) if h < 0 else h
 
 
 @_helper
-def _first_winner(x, keys, i, c, size, channels, order):
+def _first_winner(x, keys, i, c, size, channels, mask):
     """The bits (as a signed integer) of the first NaN of channel c (of ``channels``, 1
     for a channels-first plane) of outer i, or where it has none (its largest value is then
     +0), of its first zero, +0 (key 0) or -0 (key -1)."""
     for q in range(size):
         v = widen(x[i, q * channels + c])
         if v != v:
-            return np.int64(keys[i, q * channels + c])
-    shift, mask = order[0], order[1]
+            return keys[i, q * channels + c]
     first = size  # a minimum reduction over the whole plane: it vectorises, a loop that
     for q in range(size):  # stops at the first hit does not
-        k = np.int64(keys[i, q * channels + c])
-        key = k ^ ((k >> shift) & mask)
+        k = keys[i, q * channels + c]
+        key = k ^ mask if k < 0 else k
         first = min(first, q if key == 0 or key == -1 else size)
-    return np.int64(keys[i, first * channels + c])
+    return keys[i, first * channels + c]

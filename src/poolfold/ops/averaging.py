@@ -644,14 +644,14 @@ _SIGNED = {2: np.int16, 4: np.int32, 8: np.int64}
 @functools.lru_cache(maxsize=8)
 def _key_order(dtype: np.dtype) -> np.ndarray:
     """What turns a float's bits, read as a signed integer, into a key that sorts as the
-    values (see poolfold.kernels.window_sum._plane_winner): shift, mask, and the keys of
-    +inf and -inf."""
+    values (see poolfold.kernels.window_sum.global_max): the mask that flips every bit but
+    the sign of the negative ones, and the keys of +inf and -inf."""
     bits = dtype.itemsize * 8
     signed = _SIGNED[dtype.itemsize]
     mask = (1 << (bits - 1)) - 1
     infinities = np.array([np.inf, -np.inf]).astype(dtype).view(signed).astype(np.int64)
-    keys = infinities ^ ((infinities >> (bits - 1)) & mask)
-    order = np.array([bits - 1, mask, keys[0], keys[1]], np.int64)
+    keys = np.where(infinities < 0, infinities ^ mask, infinities)
+    order = np.array([mask, keys[0], keys[1]], np.int64)
     order.flags.writeable = False
     return order
 
