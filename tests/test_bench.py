@@ -9,6 +9,7 @@ peers compute what poolfold does, and the shape of the start-up report.
 import argparse
 import importlib.util
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -42,7 +43,8 @@ def test_json_medians_spreads_and_ratios_follow_from_the_samples(unpool_report):
     assert row["key"] == "maxunpool2d"
     for name in ("poolfold", "onnxruntime", "onnxruntime no-spin", "stream"):
         samples = row["samples_ms"][name]
-        assert row["rounds"][name] == len(samples) == 3
+        # at least --repeat rounds, more where 3 calls would not fill a 50 ms block
+        assert 3 <= row["rounds"][name] == len(samples) <= runner.MOST_ROUNDS
         assert row["ms"][name] == pytest.approx(statistics.median(samples), abs=1e-3)
         q1, q3 = row["spread_ms"][name]
         assert min(samples) <= q1 <= row["ms"][name] <= q3 <= max(samples)
@@ -93,6 +95,28 @@ def test_each_implementation_is_timed_in_blocks_of_its_own_after_a_pause(monkeyp
                       "b" * (settle + 2), "c" * (settle + 1), "a" * (settle + 2),
                       "a" * (settle + 2), "b" * (settle + 2)]
     assert pauses == [runner.PAUSE_S] * len(blocks)
+
+
+def test_short_calls_get_rounds_enough_to_fill_each_block():
+    repeat, blocks = 15, runner.passes(15)
+    floor = runner.BLOCK_FLOOR_S
+    assert runner.rounds_for(1.0, repeat) == repeat  # long calls: --repeat
+    assert runner.rounds_for(floor, repeat) == repeat
+    # 40 us calls: each of the three blocks lasts the floor, the same for every implementation
+    rounds = runner.rounds_for(40e-6, repeat)
+    assert rounds == math.ceil(blocks * floor / 40e-6)
+    assert rounds * 40e-6 / blocks >= floor
+    assert runner.rounds_for(1e-7, repeat) == runner.MOST_ROUNDS
+    assert runner.rounds_for(1e-7, repeat, block_s=0.0) == repeat
+    assert runner.rounds_for(1e-3, 1, block_s=0.01) == 10  # --repeat 1: one block
+
+
+def test_block_floor_zero_keeps_exactly_repeat_rounds():
+    done = _bench("maxunpool2d", "--repeat", "2", "--block-ms", "0", "--json", "--settle", "0")
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)["results"]
+    assert set(row["rounds"].values()) == {2}
+    assert _bench("--block-ms", "-1").returncode == 2
 
 
 def test_unknown_workload_is_a_usage_error():

@@ -41,7 +41,8 @@ number of threads (--threads) and otherwise at its defaults.
 How it is kept fair: each implementation is warmed up, then timed in its own blocks of
 consecutive calls, as it would run in a loop of its own: before each block a short pause,
 in which the idle threads of whatever ran before go to sleep, and one untimed call, which
-wakes its own threads.  The blocks of the implementations take turns over three passes in a
+wakes its own threads.  A block holds at least --repeat / 3 calls and lasts at least
+--block-ms (more calls where a call is short, the same floor for everyone).  The blocks of the implementations take turns over three passes in a
 rotating order, so that a noisy stretch of a shared machine does not fall on one of them.
 onnxruntime runs at its default session options (its idle threads spin after a run) and
 again with spinning off (session.intra_op.allow_spinning=0); poolfold's ratio is taken to
@@ -128,7 +129,20 @@ def _positive(text: str) -> int:
     return value
 
 
+def _not_negative(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be a number, 0 or more, got {text!r}")
+    return value
+
+
 def add_arguments(parser) -> None:
+    from . import runner
     from .startup import CASES
     from .workloads import BY_KEY
 
@@ -143,7 +157,13 @@ def add_arguments(parser) -> None:
                              "channels, a few windows per axis), without the pauses: checks "
                              "that every case and peer runs; the times mean nothing")
     parser.add_argument("--repeat", type=_positive, default=15, metavar="N",
-                        help="timed rounds per implementation (default 15)")
+                        help="timed rounds per implementation at least (default 15)")
+    parser.add_argument("--block-ms", type=_not_negative, default=runner.BLOCK_FLOOR_S * 1e3,
+                        metavar="MS",
+                        help="with more rounds where --repeat calls would take less, each "
+                             "implementation's block of timed calls lasts MS at least, up to "
+                             f"{runner.MOST_ROUNDS} rounds (default "
+                             f"{runner.BLOCK_FLOOR_S * 1e3:g}; 0: --repeat rounds exactly)")
     parser.add_argument("--threads", type=_positive, default=2, metavar="T",
                         help="threads for every implementation (default 2)")
     parser.add_argument("--settle", type=float, default=60.0, metavar="S",
@@ -257,7 +277,7 @@ def command(args) -> int:
         return _error("--no-timing leaves nothing to run: add a section such as --memory")
     numba_threads = set_threads(args.threads)
     meta = {**_meta(args, numba_threads), "tiny": args.tiny,
-            "pause_s": 0.0 if args.tiny else runner.PAUSE_S,
+            "pause_s": 0.0 if args.tiny else runner.PAUSE_S, "block_ms": args.block_ms,
             "settle_s": 0.0 if args.tiny else args.settle,
             "load_average_start": _load_average()}
 
@@ -269,7 +289,7 @@ def command(args) -> int:
             results.append(asdict(runner.run_workload(
                 by_key[key], args.repeat, args.threads,
                 lambda s, base=i * steps, key=key: progress(base + s, total, f"timing {key}"),
-                pause_s=meta["pause_s"])))
+                pause_s=meta["pause_s"], block_s=meta["block_ms"] / 1e3)))
         progress(total, total)  # clears the bar
     modules = {s.name: importlib.import_module(s.module) for s in sections}
     measured = {name: module.measure(args) for name, module in modules.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import math
 
-from .runner import PAUSE_S, SETTLE_CALLS, passes
+from .runner import MOST_ROUNDS, PAUSE_S, SETTLE_CALLS, passes
 from .workloads import (COLUMNS, FLOAT32, FLOAT32_TARGET, ONNXRUNTIME, ONNXRUNTIME_NO_SPIN,
                         POOLFOLD, REFERENCE, STREAM)
 
@@ -63,7 +63,7 @@ def format_results(results: list[dict], meta: dict) -> str:
                     + [ratio, f"{r['stream_multiple']:.2f}"]
                     + ([_ratio(over_float32(r))] if own else []))
     lines = [
-        f"poolfold bench: median ms ±half the interquartile range, {meta['repeat']} rounds per "
+        f"poolfold bench: median ms ±half the interquartile range, {_rounds_text(meta)} per "
         f"implementation in {passes(meta['repeat'])} blocks, {meta['threads']} threads "
         f"({meta['cpu_count']} CPUs), {meta['platform']}",
         "",
@@ -140,6 +140,15 @@ def plot(results: list[dict], path: str) -> None:
     plt.close(figure)
 
 
+def _rounds_text(meta: dict) -> str:
+    """How many rounds each implementation had: --repeat, or more for short calls."""
+    block_ms = meta.get("block_ms", 0)
+    if not block_ms or meta.get("tiny"):
+        return f"{meta['repeat']} rounds"
+    return (f"at least {meta['repeat']} rounds (blocks of at least {block_ms:g} ms, up to "
+            f"{MOST_ROUNDS} rounds)")
+
+
 def machine_text(meta: dict) -> str:
     return f"{meta['processor']}, {meta['cpu_count']} CPUs"
 
@@ -183,7 +192,7 @@ def markdown_table(results: list[dict], meta: dict, command: str) -> str:
         "",
         f"`{command}` on {meta['date']}: {machine_text(meta)}, "
         f"{meta['threads']} threads for every implementation; {versions_text(meta)}. Median of "
-        f"{meta['repeat']} rounds per implementation, each timed in its own blocks after a "
+        f"{_rounds_text(meta)} per implementation, each timed in its own blocks after a "
         f"pause. {load_text(meta)}",
         "",
         "Peers: onnxruntime at its default session options and with "

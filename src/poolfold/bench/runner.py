@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -33,6 +34,12 @@ PASSES = 3  # each implementation's rounds are split into this many blocks, take
 PAUSE_S = 0.2  # before each block: the previous implementation's idle threads go to sleep
 SETTLE_CALLS = 1  # untimed calls that start each block: this implementation's threads wake up
 REFERENCE_BUDGET_S = 10.0  # the reference evaluator gets as many rounds as fit in this
+# Each implementation's timed calls in one block last about this long at least, however
+# fast a call (``--block-ms``): 15 calls of tens of microseconds lasted under a millisecond,
+# and their median moved by tens of percent from one run of the bench to the next.  Every
+# implementation gets the same floor, as it gets the same pauses.
+BLOCK_FLOOR_S = 0.05
+MOST_ROUNDS = 4000  # ... up to this many rounds in all (calls of about 40 us and less)
 
 
 @dataclass
@@ -57,6 +64,13 @@ def passes(repeat: int) -> int:
 def steps(repeat: int) -> int:
     """Progress steps of one workload: the warm-up, then one per pass."""
     return 1 + passes(repeat)
+
+
+def rounds_for(seconds_per_call: float, repeat: int, block_s: float = BLOCK_FLOOR_S) -> int:
+    """Timed rounds for an implementation whose call takes ``seconds_per_call``: at least
+    ``repeat``, and enough that each of its blocks lasts ``block_s``, up to MOST_ROUNDS."""
+    floor = math.ceil(passes(repeat) * block_s / max(seconds_per_call, 1e-9))
+    return max(repeat, min(MOST_ROUNDS, floor))
 
 
 def _block_sizes(rounds: int, count: int) -> list[int]:
@@ -114,9 +128,10 @@ def time_blocks(runners: dict, rounds: dict, repeat: int, tick=lambda p: None,
 
 
 def run_workload(workload: Workload, repeat: int, threads: int, tick=lambda s: None,
-                 pause_s: float = PAUSE_S) -> Result:
+                 pause_s: float = PAUSE_S, block_s: float = BLOCK_FLOOR_S) -> Result:
     """Time one workload: every implementation that can run it, plus the memory-speed
-    yardstick (:mod:`.yardstick`); ``pause_s`` before each block (0 for ``--tiny``)."""
+    yardstick (:mod:`.yardstick`); ``pause_s`` before each block (0 for ``--tiny``), each
+    block of timed calls at least ``block_s`` long (:func:`rounds_for`)."""
     feeds = workload.inputs()
     node_feeds = workload.node_feeds(feeds)
     notes: list[str] = []
@@ -168,13 +183,18 @@ def run_workload(workload: Workload, repeat: int, threads: int, tick=lambda s: N
     runners[STREAM] = stream_runner(read, written)
 
     # Warm up (numba compiles or loads its cache on the first call); a runner that fails here
-    # is shown as '-' like one that could not be built.
+    # is shown as '-' like one that could not be built.  The last warm-up call's time sets
+    # the implementation's rounds (rounds_for), but for --tiny's.
     for name, run in list(runners.items()):
         if run is None:
             continue
         try:
             for _ in range(0 if name == REFERENCE else WARMUP_CALLS):  # its estimate warmed it
+                start = time.perf_counter()
                 run()
+                took = time.perf_counter() - start
+            if name != REFERENCE and pause_s and block_s:
+                rounds[name] = rounds_for(took, repeat, block_s)
         except Exception as error:
             runners[name] = None
             notes.append(f"{name}: failed: {first_line(error)}")
