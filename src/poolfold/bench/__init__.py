@@ -42,8 +42,9 @@ How it is kept fair: each implementation is warmed up, then timed in its own blo
 consecutive calls, as it would run in a loop of its own: before each block a short pause,
 in which the idle threads of whatever ran before go to sleep, and one untimed call, which
 wakes its own threads.  A block holds at least --repeat / 3 calls and lasts at least
---block-ms (more calls where a call is short, the same floor for everyone).  The blocks of the implementations take turns over three passes in a
-rotating order, so that a noisy stretch of a shared machine does not fall on one of them.
+--block-ms (more calls where a call is short, the same floor for everyone).  The blocks of
+the implementations take turns over three passes in a rotating order, so that a noisy
+stretch of a shared machine does not fall on one of them.
 onnxruntime runs at its default session options (its idle threads spin after a run) and
 again with spinning off (session.intra_op.allow_spinning=0); poolfold's ratio is taken to
 the faster of the two.  Reported: the median of every timed call and the interquartile
