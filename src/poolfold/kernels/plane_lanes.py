@@ -30,10 +30,9 @@ kernels never validate: the op layer has checked every shape and table.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.core.imputils import impl_ret_borrowed
-from numba.extending import intrinsic
+from numba import njit
 
+from . import read_only
 from .ordering import is_nan
 from .max_rows import _stride_loop
 from .simd import UNROLL, fold_strided, fold_taps, transpose_tile, vector_width
@@ -160,25 +159,11 @@ def sum_plane_lanes(x, y, axes, taps, axis_inverse, mode, mark, p, block, start,
         p0 = item * block
         count = min(block, planes - p0)
         _to_lanes(lanes_in, x_flat, p0, count, n, block)
-        window_rows(_read_only(lanes_in), lanes_out, axes, taps, axis_inverse, block, mode,
+        # the types of a direct call (X read-only, no literal start): numba compiles the row
+        # kernel once for both, not again inside this kernel (10 of its 15 s of compile)
+        window_rows(read_only(lanes_in), lanes_out, axes, taps, axis_inverse, block, mode,
                     mark, p, np.int64(0), rows)
         _from_lanes(y_flat, p0, count, n_out, lanes_out, block)
-
-
-@intrinsic
-def _read_only(typingctx, array):
-    """``array`` typed read-only, as X reaches :func:`window_rows` from Python: the lanes'
-    call then has the types of a direct call (its start too is no literal), and numba
-    compiles the row kernel once for both, not again inside this kernel (about 10 of the
-    15 s this kernel took to compile)."""
-    if not isinstance(array, types.Array):
-        return None
-    viewed = array.copy(readonly=True)
-
-    def codegen(context, builder, signature, args):
-        return impl_ret_borrowed(context, builder, viewed, args[0])
-
-    return viewed(array), codegen
 
 
 def block_planes(value_type: np.dtype, planes: int, threads: int) -> int:
