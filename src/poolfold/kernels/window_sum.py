@@ -823,10 +823,10 @@ def global_max(x, keys, y_keys, size, channels, order, start, stop):
             low = own(top + 1)
             for q in range(size):
                 k = keys[i, q]
-                key = own(k ^ mask) if k < 0 else k
+                key = own(_flip(k, mask))
                 high = max(high, key)
                 low = min(low, key)
-            y_keys[i, 0] = own(high ^ mask) if high < 0 else high
+            y_keys[i, 0] = own(_flip(high, mask))
             fixes[fixing] = i
             fixing += (high > top) | (low < bottom) | (high == 0)
         for f in range(fixing):
@@ -844,7 +844,7 @@ def global_max(x, keys, y_keys, size, channels, order, start, stop):
             at = q * channels
             for c in range(channels):
                 k = keys[i, at + c]
-                key = own(k ^ mask) if k < 0 else k
+                key = own(_flip(k, mask))
                 high[c] = max(high[c], key)
                 low[c] = min(low[c], key)
         for c in range(channels):
@@ -852,7 +852,15 @@ def global_max(x, keys, y_keys, size, channels, order, start, stop):
             if h > top or low[c] < bottom or h == 0:
                 y_keys[i, c] = _first_winner(x, keys, i, c, size, channels, mask)
             else:
-                y_keys[i, c] = own(h ^ mask) if h < 0 else h
+                y_keys[i, c] = own(_flip(h, mask))
+
+
+@njit(inline="always")
+def _flip(k, mask):
+    """A float's bits read as a signed integer to its sort key, or a key back to the bits
+    (the same flip both ways): every bit but the sign flipped where the sign is set, by a
+    select (see global_max); in 64 bits, cast back to k's type by the caller."""
+    return k ^ mask if k < 0 else k
 
 
 @_helper
@@ -867,6 +875,6 @@ def _first_winner(x, keys, i, c, size, channels, mask):
     first = size  # a minimum reduction over the whole plane: it vectorises, a loop that
     for q in range(size):  # stops at the first hit does not
         k = keys[i, q * channels + c]
-        key = k ^ mask if k < 0 else k
+        key = _flip(k, mask)
         first = min(first, q if key == 0 or key == -1 else size)
     return keys[i, first * channels + c]
