@@ -159,12 +159,32 @@ def test_maxpool_on_poolfold(case):
 
 def test_maxpool_with_indices_runs_on_poolfold():
     """onnxruntime computes MaxPool with Indices right, but poolfold is faster there (about
-    10x on (1, 64, 224, 224), 2x2 stride 2: 40 ms against 3.3 ms), so "needed" takes it."""
-    model, feeds, want = _pool_case((1, 3, 8, 8), kernel_shape=[2, 2], strides=[2, 2],
+    10x on (1, 64, 224, 224), 2x2 stride 2: 40 ms against 3.3 ms), so "needed" takes it from
+    2^16 elements."""
+    model, feeds, want = _pool_case((1, 16, 64, 64), kernel_shape=[2, 2], strides=[2, 2],
                                     indices=True, storage_order=1)
     reason, rep = _placement(model)
     assert "faster" in reason
     assert _same(_onnxruntime(model, feeds), want)
+    assert _same(rep.run(feeds), want)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 8, 8), (1, 8, 64, 64), (1, 16, 64, 63)])
+def test_small_maxpool_with_indices_is_left_to_onnxruntime(shape):
+    """Below 2^16 elements the stretch boundaries cost more than poolfold saves on the node:
+    onnxruntime keeps it (and computes it right)."""
+    model, feeds, want = _pool_case(shape, kernel_shape=[2, 2], strides=[2, 2], indices=True)
+    _check(model, feeds, want, None)
+
+
+def test_maxpool_with_indices_of_unknown_size_runs_on_poolfold():
+    """A batch only known at run time may be large: poolfold takes the node."""
+    model, feeds, want = _pool_case((1, 3, 8, 8), kernel_shape=[2, 2], strides=[2, 2],
+                                    indices=True)
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[0].dim_param = "batch"
+    reason, rep = _placement(model)
+    assert "faster" in reason and "unknown" in reason
     assert _same(rep.run(feeds), want)
 
 
@@ -320,9 +340,10 @@ def test_rules_are_one_table():
 
 # ------------------------------------------------------------- exported-style models
 
-def _segnet_like():
+def _segnet_like(side=16):
     """Conv -> MaxPool with Indices -> Conv -> MaxUnpool (output_shape from a Shape) -> Conv,
-    as torch.onnx.export writes MaxPool2d(return_indices=True) and MaxUnpool2d."""
+    as torch.onnx.export writes MaxPool2d(return_indices=True) and MaxUnpool2d, on a
+    (1, 3, side, side) image (the pool's input: 8 channels)."""
     rng = np.random.default_rng(3)
     weights = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.2, n)
                for n, s in (("w1", (8, 3, 3, 3)), ("w2", (8, 8, 3, 3)), ("w3", (3, 8, 3, 3)))]
@@ -338,10 +359,10 @@ def _segnet_like():
         helper.make_node("Conv", ["u", "w3"], ["y"], **conv),
     ]
     graph = helper.make_graph(graph_nodes, "segnet_like",
-                              [helper.make_tensor_value_info("x", F32, (1, 3, 16, 16))],
+                              [helper.make_tensor_value_info("x", F32, (1, 3, side, side))],
                               [helper.make_tensor_value_info("y", F32, None)], weights)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
-    return model, {"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    return model, {"x": rng.standard_normal((1, 3, side, side)).astype(np.float32)}
 
 
 def _unfold_fold():
@@ -377,7 +398,7 @@ def _unfold_fold():
 
 
 def test_segnet_like_model_needed_runs_the_pool_on_poolfold_and_the_unpool_on_onnxruntime():
-    model, feeds = _segnet_like()
+    model, feeds = _segnet_like(side=96)  # the pool's input: 8 * 96 * 96 elements, >= 2^16
     needed = poolfold.backend.prepare(model, poolfold_nodes="needed")
     every = poolfold.backend.prepare(model)
     assert [(s.runner, [n.op_type for n in s.nodes]) for s in needed.steps] == [
@@ -388,6 +409,15 @@ def test_segnet_like_model_needed_runs_the_pool_on_poolfold_and_the_unpool_on_on
     alone = _onnxruntime(model, feeds)
     for got in (needed.run(feeds), every.run(feeds)):
         np.testing.assert_allclose(got[0], alone[0], rtol=1e-5, atol=1e-5)
+
+
+def test_small_segnet_like_model_needed_is_one_onnxruntime_session():
+    """Its pool's input, (1, 8, 16, 16), is too small to pay for the split."""
+    model, feeds = _segnet_like()
+    needed = poolfold.backend.prepare(model, poolfold_nodes="needed")
+    assert [s.runner for s in needed.steps] == ["onnxruntime"]
+    np.testing.assert_allclose(needed.run(feeds)[0], _onnxruntime(model, feeds)[0],
+                               rtol=1e-6, atol=1e-6)
 
 
 def test_unfold_fold_model_needed_is_one_onnxruntime_session():

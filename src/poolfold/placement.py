@@ -32,6 +32,7 @@ but onnxruntime's own exception, not poolfold's ValueError.)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -191,6 +192,27 @@ def _lp_leaves_float32(facts: NodeFacts) -> bool:
     return facts.dtype in _LP_SAFE_P and p > _LP_SAFE_P[facts.dtype]
 
 
+# A node taken out of onnxruntime's stretch cuts it in two: another session run, its inputs
+# and outputs handed over, and layout reorders onnxruntime no longer fuses away.  On the
+# bundled model (2 threads) that cost about 95 us a node: its two MaxPools with Indices, over
+# (1, 8, 64, 64) and (1, 16, 32, 32), made "needed" take 0.33-0.37 ms against 0.22 as one
+# session.  What poolfold saves on the node itself, float32, 2x2 at stride 2, onnxruntime's
+# time against poolfold's: 32768 elements 53 against 12 us, 49152 76 / 15, then a step where
+# onnxruntime starts sharing the work: 57344 186 / 17, 65536 208 / 18, (1, 64, 112, 112)
+# 1742 / 131.  So the node goes to poolfold from 2^16 elements, where it saves twice what
+# the split costs.
+_SPLIT_PAYS = 1 << 16
+
+
+def _too_small_for_a_split(facts: NodeFacts) -> bool:
+    """Whether the data input is known to hold fewer than _SPLIT_PAYS elements (a size only
+    known at run time may be a large batch: the node goes to poolfold)."""
+    shape = facts.shape
+    if shape is None or not all(isinstance(n, int) for n in shape):
+        return False
+    return math.prod(shape) < _SPLIT_PAYS
+
+
 @dataclass(frozen=True)
 class Rule:
     """One reason a node runs on poolfold: ``applies`` to its facts; ``reason`` is formatted
@@ -245,9 +267,11 @@ RULES: tuple[Rule, ...] = (
          "onnxruntime raises |x| to p = {p} in float32, which overflows or underflows where "
          "Y is representable; poolfold scales each window"),
     # onnxruntime computes it right, but slowly: (1, 64, 224, 224), 2x2 stride 2, took 40 ms
-    # there and 3.3 ms on poolfold; (8, 32, 64, 64) 6.3 ms and 0.64 ms.
-    Rule(("MaxPool",), lambda f: f.indices_used,
-         "poolfold is measured faster than onnxruntime for MaxPool with Indices"),
+    # there and 3.3 ms on poolfold; (8, 32, 64, 64) 6.3 ms and 0.64 ms.  Not below
+    # _SPLIT_PAYS elements, where the stretch boundaries the node makes cost more.
+    Rule(("MaxPool",), lambda f: f.indices_used and not _too_small_for_a_split(f),
+         "poolfold is measured faster than onnxruntime for MaxPool with Indices on inputs of "
+         "2^16 elements or more (or of a size unknown before the run)"),
     # Seen wrong with C > 1 in 1-D to 4-D and with C = 1 in 3-D (dilations 2, 2, 1); right
     # in 2-D whatever C.  The rule takes every dilation outside 2-D.
     Rule(("Col2Im",),
