@@ -31,9 +31,9 @@ os.environ["POOLFOLD_BACKGROUND_COMPILE"] = "0"
 def pytest_collection_modifyitems(config, items):
     """Start the bounds-checked run (test_fuzz_boundscheck.py) in the background as soon as
     it is known to be wanted, so that it compiles on the core the main run leaves idle, and
-    move the test that waits for it to the end: the run compiles every kernel again (8-9
-    minutes of one core with numba's cache full), and waited for in its file's place the
-    main run stood idle for most of that.
+    move the test that waits for it to the end: the run compiles every kernel again (about
+    6 minutes of one core at NUMBA_OPT=0, 12 at the default level), and waited for in its
+    file's place the main run stood idle for most of that.
 
     The fuzz campaign (test_fuzz.py) goes just before it: its two worker processes compile,
     both at once, every kernel signature no test before them has put in numba's cache, and
