@@ -423,6 +423,23 @@ def test_value_nobody_gives_is_an_error_at_prepare():
 
 # ------------------------------------------------------------------------- the benchmark
 
+def test_bench_models_blocks_last_the_floor():
+    """Short runs get more of them a block, so that a block lasts ``block_s``; without a
+    floor each block keeps ``repeat`` runs."""
+    from poolfold.bench import models as backend_bench
+
+    floored = backend_bench.run(repeat=2, warmup=1, reference=False, zoo=False, rounds=1,
+                                block_s=0.02)
+    plain = backend_bench.run(repeat=2, warmup=1, reference=False, zoo=False, rounds=1)
+    for rows in (floored, plain):
+        assert {r.model for r in rows} == set(backend_bench.MODELS)
+    # the bundled model runs in well under a millisecond: 20 ms take dozens of runs
+    segnet = [r for r in floored if r.model == "segnet (bundled)" and r.median_ms is not None]
+    assert segnet and all(r.runs > 10 for r in segnet), [(r.implementation, r.runs)
+                                                          for r in segnet]
+    assert all(r.runs == 2 for r in plain if r.median_ms is not None)
+
+
 def test_bench_models_rows_and_table():
     from poolfold.bench import models as backend_bench
 

@@ -122,11 +122,13 @@ BLOCK_RUNS = 15
 
 
 def run(repeat: int = BLOCK_RUNS, warmup: int = 5, reference: bool = True,
-        zoo: bool = True, rounds: int = ROUNDS) -> list[Row]:
+        zoo: bool = True, rounds: int = ROUNDS, block_s: float = 0.0) -> list[Row]:
     """Time every model of :data:`MODELS` and, with ``zoo``, of :func:`zoo_models` (see the
     module's docstring): ``rounds`` blocks of ``repeat`` runs per implementation, in turn,
-    the median of the blocks' medians kept; rows in table order."""
+    the median of the blocks' medians kept; rows in table order.  ``block_s``: more runs
+    where a run is short, so that each block lasts that long (as the matrices' blocks)."""
     from .. import backend
+    from .runner import MOST_ROUNDS
 
     models = dict(MODELS)
     if zoo:
@@ -169,10 +171,16 @@ def run(repeat: int = BLOCK_RUNS, warmup: int = 5, reference: bool = True,
                 call = prepare()
                 prepared = time.perf_counter() - start
                 call()  # the first run compiles poolfold's kernels if they are not cached
+                start = time.perf_counter()
+                call()
+                once = time.perf_counter() - start
             except Exception as error:  # an implementation that refuses the model
                 rows.append(Row(name, implementation, None, 0, f"cannot run it: "
                                                                 f"{_first_line(error)}"))
                 continue
+            # a block of the bundled model's 15 runs lasted 3 ms, whose medians moved by
+            # tens of percent from run to run (1.02 then 1.21 for its one-session route)
+            runs = max(runs, min(MOST_ROUNDS // rounds, int(block_s / max(once, 1e-9))))
             ready.append((Row(name, implementation, None, runs * rounds, prepare_s=prepared),
                           call, runs))
         # Rounds of one block per implementation, in turn: a machine whose speed drifts
@@ -270,7 +278,8 @@ def markdown(result: list[dict], meta: dict, command: str) -> str:
         "Each implementation prepared once (`prepare s`: onnxruntime's session creation, then "
         "each poolfold route's `prepare`, in the columns' order) and run once; then seven "
         "rounds of one block each, in turn (each round starting one implementation further "
-        "on), each block at least 15 runs after a warm-up and a pause; the median of the "
+        f"on), each block at least 15 runs and {meta.get('block_ms', 0):g} ms after a warm-up "
+        "and a pause; the median of the "
         "blocks' medians, in milliseconds; in brackets, the median over the rounds of the "
         "block's time over onnxruntime's block of the same round. "
         f"{load_text(meta)}"]
@@ -279,8 +288,9 @@ def markdown(result: list[dict], meta: dict, command: str) -> str:
 
 def measure(args) -> list[dict]:
     """``poolfold bench --models``: :func:`run` with at least :data:`BLOCK_RUNS` runs a
-    block."""
-    return [asdict(row) for row in run(max(args.repeat, BLOCK_RUNS))]
+    block, and blocks of at least ``--block-ms``."""
+    return [asdict(row) for row in run(max(args.repeat, BLOCK_RUNS),
+                                       block_s=args.block_ms / 1e3)]
 
 
 def summary(result: list[dict]) -> str:
