@@ -6,7 +6,7 @@ stops at 3-D) and a Relu and Conv after it, which onnxruntime refuses; and, wher
 installed (or the models were exported before), the zoo of :mod:`poolfold.bench.zoo`: resnet18,
 googlenet, squeezenet1_0, vgg11 and an Unfold -> Fold model, exported into a cache folder.
 Each implementation is timed in blocks of its own, a warm-up then ``repeat`` runs, the
-implementations' blocks in turn for seven rounds (each round starting one implementation
+implementations' blocks in turn for fifteen rounds (each round starting one implementation
 further on), the median of its blocks' medians kept; its ``prepare`` (or session creation)
 is timed once.  A route's ratio to onnxruntime is the median over the rounds of its block's
 time over onnxruntime's block of the same round: this host's speed drifts by tens of percent
@@ -25,6 +25,7 @@ ReferenceEvaluator) for comparison.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable
@@ -116,8 +117,10 @@ def _first_line(error: BaseException, limit: int = 100) -> str:
 
 
 # Rounds of one block per implementation: more, shorter blocks follow a drifting host
-# closer than a few long ones (see the module's docstring).
-ROUNDS = 7
+# closer than a few long ones (see the module's docstring).  A block of the bundled model's
+# one onnxruntime session took 0.20 to 0.42 ms a run from one block to the next, so the
+# median of 7 paired ratios of two identical sessions still strayed by a fifth: 15.
+ROUNDS = 15
 BLOCK_RUNS = 15
 
 
@@ -171,9 +174,11 @@ def run(repeat: int = BLOCK_RUNS, warmup: int = 5, reference: bool = True,
                 call = prepare()
                 prepared = time.perf_counter() - start
                 call()  # the first run compiles poolfold's kernels if they are not cached
-                start = time.perf_counter()
-                call()
-                once = time.perf_counter() - start
+                once = math.inf
+                for _ in range(3):  # the runs just after the first can be slow ones
+                    start = time.perf_counter()
+                    call()
+                    once = min(once, time.perf_counter() - start)
             except Exception as error:  # an implementation that refuses the model
                 rows.append(Row(name, implementation, None, 0, f"cannot run it: "
                                                                 f"{_first_line(error)}"))
@@ -276,7 +281,8 @@ def markdown(result: list[dict], meta: dict, command: str) -> str:
     lines += [""] + [f"- {note}" for note in notes] + ([""] if notes else []) + [
         f"`{command}` on {meta['date']}: {machine_text(meta)}; {versions_text(meta)}. "
         "Each implementation prepared once (`prepare s`: onnxruntime's session creation, then "
-        "each poolfold route's `prepare`, in the columns' order) and run once; then seven "
+        "each poolfold route's `prepare`, in the columns' order) and run once; then "
+        f"{ROUNDS} "
         "rounds of one block each, in turn (each round starting one implementation further "
         f"on), each block at least 15 runs and {meta.get('block_ms', 0):g} ms after a warm-up "
         "and a pause; the median of the "
