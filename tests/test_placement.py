@@ -160,20 +160,30 @@ def test_maxpool_on_poolfold(case):
 def test_maxpool_with_indices_runs_on_poolfold():
     """onnxruntime computes MaxPool with Indices right, but poolfold is faster there (about
     10x on (1, 64, 224, 224), 2x2 stride 2: 40 ms against 3.3 ms), so "needed" takes it from
-    2^16 elements."""
-    model, feeds, want = _pool_case((1, 16, 64, 64), kernel_shape=[2, 2], strides=[2, 2],
-                                    indices=True, storage_order=1)
-    reason, rep = _placement(model)
-    assert "faster" in reason
-    assert _same(_onnxruntime(model, feeds), want)
-    assert _same(rep.run(feeds), want)
+    2^16 window taps (outputs times kernel taps)."""
+    for shape, attributes in (((1, 16, 64, 64), dict(kernel_shape=[2, 2], strides=[2, 2])),
+                              ((1, 12, 64, 64), dict(kernel_shape=[3, 3], strides=[2, 2],
+                                                     pads=[1, 1, 1, 1]))):
+        model, feeds, want = _pool_case(shape, indices=True, storage_order=1, **attributes)
+        reason, rep = _placement(model)
+        assert "faster" in reason
+        assert _same(_onnxruntime(model, feeds), want)
+        assert _same(rep.run(feeds), want)
 
 
-@pytest.mark.parametrize("shape", [(1, 3, 8, 8), (1, 8, 64, 64), (1, 16, 64, 63)])
-def test_small_maxpool_with_indices_is_left_to_onnxruntime(shape):
-    """Below 2^16 elements the stretch boundaries cost more than poolfold saves on the node:
-    onnxruntime keeps it (and computes it right)."""
-    model, feeds, want = _pool_case(shape, kernel_shape=[2, 2], strides=[2, 2], indices=True)
+# (shape, kernel): window taps (outputs times kernel taps) 192, 32768, 63488 (just under
+# 2^16) and 36864
+SMALL_POOLS_WITH_INDICES = [((1, 3, 8, 8), [2, 2]), ((1, 8, 64, 64), [2, 2]),
+                            ((1, 16, 64, 63), [2, 2]), ((1, 4, 64, 64), [3, 3])]
+
+
+@pytest.mark.parametrize("shape, kernel", SMALL_POOLS_WITH_INDICES)
+def test_small_maxpool_with_indices_is_left_to_onnxruntime(shape, kernel):
+    """Below 2^16 window taps the stretch boundaries cost more than poolfold saves on the
+    node: onnxruntime keeps it (and computes it right)."""
+    pads = [1] * 4 if kernel == [3, 3] else [0] * 4
+    model, feeds, want = _pool_case(shape, kernel_shape=kernel, strides=[2, 2], pads=pads,
+                                    indices=True)
     _check(model, feeds, want, None)
 
 
@@ -398,7 +408,7 @@ def _unfold_fold():
 
 
 def test_segnet_like_model_needed_runs_the_pool_on_poolfold_and_the_unpool_on_onnxruntime():
-    model, feeds = _segnet_like(side=96)  # the pool's input: 8 * 96 * 96 elements, >= 2^16
+    model, feeds = _segnet_like(side=96)  # the pool's taps: 8 * 48 * 48 * 4, >= 2^16
     needed = poolfold.backend.prepare(model, poolfold_nodes="needed")
     every = poolfold.backend.prepare(model)
     assert [(s.runner, [n.op_type for n in s.nodes]) for s in needed.steps] == [

@@ -159,22 +159,29 @@ def _empty_average(facts: NodeFacts) -> bool:
     return not facts.attributes.get("count_include_pad", 0) and _window_may_be_empty(facts)
 
 
-def _no_window_fits(facts: NodeFacts) -> bool:
-    """Whether an output axis comes out < 1, told from the data input's static sizes."""
+def _output_shape(facts: NodeFacts) -> tuple | str | None:
+    """The node's output shape from the data input's static sizes and its window attributes
+    (the windows are MaxPool's); geometry's error text where none comes out; None where the
+    sizes are not all known or the node is faulty otherwise (the run reports that)."""
     shape = facts.shape
     if shape is None or len(shape) < 3 or not all(isinstance(n, int) for n in shape):
-        return False
-    from .ops.max_pool import max_pool_shape  # the windows are MaxPool's
+        return None
+    from .ops.max_pool import max_pool_shape
 
     window = ("strides", "pads", "dilations", "auto_pad", "ceil_mode")
     options = {k: v for k, v in facts.attributes.items() if k in window}
     try:
-        max_pool_shape(shape, facts.attributes.get("kernel_shape"), **options)
-    except PoolfoldError as error:  # geometry.py's one error for an output axis < 1
-        return "no window fits" in str(error)
-    except (TypeError, ValueError):  # another fault of the node: the run reports it
-        return False
-    return False
+        return tuple(max_pool_shape(shape, facts.attributes.get("kernel_shape"), **options))
+    except PoolfoldError as error:
+        return str(error)
+    except (TypeError, ValueError):
+        return None
+
+
+def _no_window_fits(facts: NodeFacts) -> bool:
+    """Whether an output axis comes out < 1, told from the data input's static sizes."""
+    out = _output_shape(facts)
+    return isinstance(out, str) and "no window fits" in out  # geometry.py's one error
 
 
 # Past these p, |x| ** p leaves float32's range (or float16's precision sinks into float32's
@@ -196,21 +203,22 @@ def _lp_leaves_float32(facts: NodeFacts) -> bool:
 # and outputs handed over, and layout reorders onnxruntime no longer fuses away.  On the
 # bundled model (2 threads) that cost about 95 us a node: its two MaxPools with Indices, over
 # (1, 8, 64, 64) and (1, 16, 32, 32), made "needed" take 0.33-0.37 ms against 0.22 as one
-# session.  What poolfold saves on the node itself, float32, 2x2 at stride 2, onnxruntime's
-# time against poolfold's: 32768 elements 53 against 12 us, 49152 76 / 15, then a step where
-# onnxruntime starts sharing the work: 57344 186 / 17, 65536 208 / 18, (1, 64, 112, 112)
-# 1742 / 131.  So the node goes to poolfold from 2^16 elements, where it saves twice what
-# the split costs.
+# session.  What poolfold saves on the node itself is told by its window taps (outputs times
+# kernel taps): onnxruntime's time steps up where it starts sharing the work, which its cost
+# model decides by them.  float32, onnxruntime's time against poolfold's: 2x2 at stride 2,
+# 32768 taps 53 against 12 us, 49152 76 / 15, 57344 186 / 17, 65536 208 / 18; 3x3 at stride
+# 2 with pads 1, 73728 taps 91 / 33, 110592 276 / 46, 147456 405 / 58.  So the node goes to
+# poolfold from 2^16 taps, about where the step lies for both windows.
 _SPLIT_PAYS = 1 << 16
 
 
 def _too_small_for_a_split(facts: NodeFacts) -> bool:
-    """Whether the data input is known to hold fewer than _SPLIT_PAYS elements (a size only
+    """Whether the node is known to have fewer than _SPLIT_PAYS window taps (a size only
     known at run time may be a large batch: the node goes to poolfold)."""
-    shape = facts.shape
-    if shape is None or not all(isinstance(n, int) for n in shape):
+    out = _output_shape(facts)
+    if not isinstance(out, tuple):
         return False
-    return math.prod(shape) < _SPLIT_PAYS
+    return math.prod(out) * math.prod(facts.ints("kernel_shape", 1)) < _SPLIT_PAYS
 
 
 @dataclass(frozen=True)
@@ -268,10 +276,11 @@ RULES: tuple[Rule, ...] = (
          "Y is representable; poolfold scales each window"),
     # onnxruntime computes it right, but slowly: (1, 64, 224, 224), 2x2 stride 2, took 40 ms
     # there and 3.3 ms on poolfold; (8, 32, 64, 64) 6.3 ms and 0.64 ms.  Not below
-    # _SPLIT_PAYS elements, where the stretch boundaries the node makes cost more.
+    # _SPLIT_PAYS window taps, where the stretch boundaries the node makes cost more.
     Rule(("MaxPool",), lambda f: f.indices_used and not _too_small_for_a_split(f),
-         "poolfold is measured faster than onnxruntime for MaxPool with Indices on inputs of "
-         "2^16 elements or more (or of a size unknown before the run)"),
+         "poolfold is measured faster than onnxruntime for MaxPool with Indices of 2^16 "
+         "window taps or more (outputs times kernel taps; or of a size unknown before the "
+         "run)"),
     # Seen wrong with C > 1 in 1-D to 4-D and with C = 1 in 3-D (dilations 2, 2, 1); right
     # in 2-D whatever C.  The rule takes every dilation outside 2-D.
     Rule(("Col2Im",),
