@@ -388,7 +388,10 @@ def test_matches_oracle_per_auto_pad(auto_pad, data):
     check_against_oracle(data.draw(pool_cases(auto_pads=(auto_pad,), version=22)))
 
 
-@settings(max_examples=80)
+# Most drawn cases have no window of padding only and are filtered out; on some seeds
+# hypothesis found 9 of 59 draws kept and failed its filter health check.
+@settings(max_examples=80, suppress_health_check=[HealthCheck.filter_too_much,
+                                                  HealthCheck.too_slow])
 @given(data=st.data())
 def test_matches_oracle_big_pads_and_dilations(data):
     """Cases with at least one window made only of padding (pads >= kernel, or dilation)."""
