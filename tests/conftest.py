@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,10 +32,11 @@ os.environ["POOLFOLD_BACKGROUND_COMPILE"] = "0"
 @pytest.hookimpl(trylast=True)  # after -k and --deselect have left out what they leave out
 def pytest_collection_modifyitems(config, items):
     """Start the bounds-checked run (test_fuzz_boundscheck.py) in the background as soon as
-    it is known to be wanted, so that it compiles on the core the main run leaves idle, and
-    move the test that waits for it to the end: the run compiles every kernel again (about
-    6 minutes of one core at NUMBA_OPT=0, 12 at the default level), and waited for in its
-    file's place the main run stood idle for most of that.
+    it is known to be wanted, so that it compiles beside the main run, and move the test
+    that waits for it to the end: the run compiles every kernel again (about 6 minutes of
+    one core at NUMBA_OPT=0, 12 at the default level), and waited for in its file's place
+    the main run stood idle for most of that.  Under pytest-xdist (the README's ``-n auto``)
+    the controlling process starts it instead, once (:func:`pytest_xdist_setupnodes`).
 
     The fuzz campaign (test_fuzz.py) goes just before it: its two worker processes compile,
     both at once, every kernel signature no test before them has put in numba's cache, and
@@ -43,15 +46,61 @@ def pytest_collection_modifyitems(config, items):
     last = ("test_fixed_seed_cases_all_pass", "test_property_tests_pass_with_bounds_checking")
     moved = sorted((item for item in items if item.name in last),
                    key=lambda item: last.index(item.name))
-    if any(item.name == last[1] for item in moved):
+    # Under pytest-xdist the controlling process starts the run (below), once for all workers.
+    if (any(item.name == last[1] for item in moved) and not hasattr(config, "workerinput")
+            and not config.option.collectonly):
         from test_fuzz_boundscheck import start_checked_run
 
-        config.poolfold_checked_run = start_checked_run()
+        work = config.poolfold_checked_folder = Path(
+            tempfile.mkdtemp(prefix="poolfold-boundscheck-"))
+        config.poolfold_checked_run = work, start_checked_run(work)
     items[:] = [item for item in items if item not in moved] + moved
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per CPU this process may run on.  pytest-xdist's own count
+    asks psutil for the machine's physical cores, which in a container limited to a few
+    CPUs can be many times more than it has."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no sched_getaffinity (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config, specs):
+    """pytest-xdist's controlling process, before it starts its workers: the folder of the
+    bounds-checked run, which they inherit and the worker that runs its test waits on."""
+    from test_fuzz_boundscheck import CHECKED_RUN_FOLDER
+
+    folder = Path(tempfile.mkdtemp(prefix="poolfold-boundscheck-"))
+    os.environ[CHECKED_RUN_FOLDER] = str(folder)
+    config.poolfold_checked_folder = folder
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """The controlling process starts the bounds-checked run as soon as the first worker's
+    collection shows its test is wanted."""
+    config = node.config
+    folder = getattr(config, "poolfold_checked_folder", None)
+    if (folder is None or getattr(config, "poolfold_checked_run", None)
+            or not any(i.endswith("::test_property_tests_pass_with_bounds_checking")
+                       for i in ids)):
+        return
+    from test_fuzz_boundscheck import start_checked_run
+
+    config.poolfold_checked_run = folder, start_checked_run(folder)
+
+
 def pytest_unconfigure(config):
-    """An interrupted session leaves no bounds-checked run behind."""
+    """An interrupted session leaves no bounds-checked run, nor its folder, behind."""
     started = getattr(config, "poolfold_checked_run", None)
-    if started is not None and started[0].poll() is None:
-        started[0].kill()
+    if started is not None:
+        from test_fuzz_boundscheck import stop_checked_run
+
+        stop_checked_run(started[1])
+    folder = getattr(config, "poolfold_checked_folder", None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,8 @@ import poolfold.nhwc
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = 4
+# Under pytest-xdist: the folder of the run the controlling process started (conftest.py).
+CHECKED_RUN_FOLDER = "POOLFOLD_CHECKED_RUN_FOLDER"
 # MaxPool-22 takes every pooling type: one item size of each kind (1, 2, 4 and 8 bytes, and
 # both half types) compiles each kernel variant once.
 PROPERTY_TESTS = [
@@ -77,13 +81,16 @@ PROPERTY_TESTS = [
 ]
 
 
-def start_checked_run() -> tuple[subprocess.Popen, Path]:
-    """The bounds-checked run as a child process and the folder of its cache and output.
+def start_checked_run(work: Path | None = None) -> subprocess.Popen:
+    """Start the bounds-checked run as a child process writing into ``work`` (a new folder
+    if None): its cache, its output (``output.txt``) and, once it is done, its exit status
+    (``returncode``), which any process of the test run can wait for.
 
-    conftest.py starts it as soon as pytest has collected this test: it compiles every
-    kernel again (minutes of one core), and the main run, compiling on one core too, leaves
-    the other idle until then."""
-    work = Path(tempfile.mkdtemp(prefix="poolfold-boundscheck-"))
+    conftest.py starts it as soon as pytest has collected this test (under pytest-xdist, the
+    controlling process does, once): it compiles every kernel again (minutes of one core),
+    beside the main run's own compiles."""
+    work = work or Path(tempfile.mkdtemp(prefix="poolfold-boundscheck-"))
+    work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(
         NUMBA_BOUNDSCHECK="1",
@@ -97,26 +104,54 @@ def start_checked_run() -> tuple[subprocess.Popen, Path]:
             p for p in (str(Path(poolfold.__file__).resolve().parents[1]), str(ROOT / "tests"),
                         env.get("PYTHONPATH")) if p),
     )
-    with open(work / "output.txt", "w") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "-q", "-p", "fuzz.few_examples", "-p",
-             "no:cacheprovider", "--hypothesis-seed=0", *PROPERTY_TESTS],
-            cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT)
-    return process, work
+    env.pop("PYTEST_XDIST_WORKER", None)
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "fuzz.few_examples", "-p",
+           "no:cacheprovider", "-p", "no:xdist", "--hypothesis-seed=0", *PROPERTY_TESTS]
+    # The exit status goes to a file, written once the output is complete: the test that
+    # checks it may run in another process than the one that started the run.
+    wrapper = ("import subprocess, sys, pathlib; "
+               "code = subprocess.call(sys.argv[2:], stdout=open(pathlib.Path(sys.argv[1], "
+               "'output.txt'), 'w'), stderr=subprocess.STDOUT); "
+               "pathlib.Path(sys.argv[1], 'returncode.part').write_text(str(code)); "
+               "pathlib.Path(sys.argv[1], 'returncode.part').rename("
+               "pathlib.Path(sys.argv[1], 'returncode'))")
+    return subprocess.Popen([sys.executable, "-c", wrapper, str(work), *run], cwd=ROOT,
+                            env=env, start_new_session=True)
+
+
+def stop_checked_run(process: subprocess.Popen) -> None:
+    """Kill a checked run that is still going, its pytest child included."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def test_property_tests_pass_with_bounds_checking(request):
-    process, work = getattr(request.config, "poolfold_checked_run", None) or start_checked_run()
+    shared = os.environ.get(CHECKED_RUN_FOLDER)
+    started = getattr(request.config, "poolfold_checked_run", None)
+    if shared:  # started by pytest-xdist's controlling process
+        work, process = Path(shared), None
+    elif started:
+        work, process = started
+    else:  # run alone, outside conftest's collection hook
+        work = Path(tempfile.mkdtemp(prefix="poolfold-boundscheck-"))
+        process = start_checked_run(work)
+    returncode = work / "returncode"
+    deadline = time.monotonic() + 3000
     try:
-        process.wait(timeout=3000)
+        while not returncode.exists():
+            assert time.monotonic() < deadline, "the bounds-checked run took over 50 minutes"
+            assert process is None or process.poll() is None or returncode.exists(), (
+                "the bounds-checked run ended without an exit status")
+            time.sleep(0.5)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        if process is not None:
+            stop_checked_run(process)
     output = (work / "output.txt").read_text()
+    code = int(returncode.read_text())
     shutil.rmtree(work, ignore_errors=True)
     assert "IndexError" not in output, output[-8000:]
-    assert process.returncode == 0, output[-8000:]
+    assert code == 0, output[-8000:]
     assert " passed" in output and "no tests ran" not in output, output[-2000:]
 
 
