@@ -29,6 +29,10 @@ settings.load_profile("poolfold")
 os.environ["POOLFOLD_BACKGROUND_COMPILE"] = "0"
 
 
+# The files of the two tests pytest_collection_modifyitems moves to the end.
+LAST_FILES = ("test_fuzz.py", "test_fuzz_boundscheck.py")
+
+
 @pytest.hookimpl(trylast=True)  # after -k and --deselect have left out what they leave out
 def pytest_collection_modifyitems(config, items):
     """Start the bounds-checked run (test_fuzz_boundscheck.py) in the background as soon as
@@ -44,8 +48,7 @@ def pytest_collection_modifyitems(config, items):
     19-minute run with an empty cache, 9-14 s with a full one; the whole run with a full
     cache went from 753 to 627 s with both moved)."""
     last = ("test_fixed_seed_cases_all_pass", "test_property_tests_pass_with_bounds_checking")
-    moved = sorted((item for item in items if item.name in last),
-                   key=lambda item: last.index(item.name))
+    moved = [item for item in items if item.name in last]
     # Under pytest-xdist the controlling process starts the run (below), once for all workers.
     if (any(item.name == last[1] for item in moved) and not hasattr(config, "workerinput")
             and not config.option.collectonly):
@@ -54,7 +57,15 @@ def pytest_collection_modifyitems(config, items):
         work = config.poolfold_checked_folder = Path(
             tempfile.mkdtemp(prefix="poolfold-boundscheck-"))
         config.poolfold_checked_run = work, start_checked_run(work)
-    items[:] = [item for item in items if item not in moved] + moved
+    # Their files go last too, in the same order: ``--dist loadfile`` hands out whole files
+    # in the order of their first test, and a worker given the checked run's file early
+    # would stand idle, waiting for it, while the other ran the rest.
+    def place(item):
+        if item.name in last:
+            return 2, last.index(item.name)
+        return (1, LAST_FILES.index(item.path.name)) if item.path.name in LAST_FILES else (0, 0)
+
+    items.sort(key=place)  # stable: every file's own order is kept
 
 
 @pytest.hookimpl(optionalhook=True)
