@@ -29,12 +29,8 @@ settings.load_profile("poolfold")
 os.environ["POOLFOLD_BACKGROUND_COMPILE"] = "0"
 
 
-# Files pytest_collection_modifyitems moves to the end, in this order: the kernel-forcing
-# tests, which compile the MaxPool kernels test_max_pool.py compiles (run after it, they
-# find them in numba's cache instead of compiling them again beside it in another worker),
-# then the files of the two tests it moves last.
-LAST_FILES = ("test_max_pool_kernels.py", "test_window_kernels.py", "test_fuzz.py",
-              "test_fuzz_boundscheck.py")
+# The files of the two tests pytest_collection_modifyitems moves to the end.
+LAST_FILES = ("test_fuzz.py", "test_fuzz_boundscheck.py")
 
 
 @pytest.hookimpl(trylast=True)  # after -k and --deselect have left out what they leave out
@@ -61,9 +57,9 @@ def pytest_collection_modifyitems(config, items):
         work = config.poolfold_checked_folder = Path(
             tempfile.mkdtemp(prefix="poolfold-boundscheck-"))
         config.poolfold_checked_run = work, start_checked_run(work)
-    # Their files go last too (LAST_FILES): ``--dist loadfile`` hands out whole files in the
-    # order of their first test, and a worker given the checked run's file early would stand
-    # idle, waiting for it, while the other ran the rest.
+    # Their files go last too, in the same order: ``--dist loadfile`` hands out whole files
+    # in the order of their first test, and a worker given the checked run's file early
+    # would stand idle, waiting for it, while the other ran the rest.
     def place(item):
         if item.name in last:
             return 2, last.index(item.name)
