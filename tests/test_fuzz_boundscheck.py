@@ -81,16 +81,14 @@ PROPERTY_TESTS = [
 ]
 
 
-def start_checked_run(work: Path | None = None) -> subprocess.Popen:
-    """Start the bounds-checked run as a child process writing into ``work`` (a new folder
-    if None): its cache, its output (``output.txt``) and, once it is done, its exit status
+def start_checked_run(work: Path) -> subprocess.Popen:
+    """Start the bounds-checked run as a child process writing into the folder ``work``:
+    its cache, its output (``output.txt``) and, once it is done, its exit status
     (``returncode``), which any process of the test run can wait for.
 
     conftest.py starts it as soon as pytest has collected this test (under pytest-xdist, the
     controlling process does, once): it compiles every kernel again (minutes of one core),
     beside the main run's own compiles."""
-    work = work or Path(tempfile.mkdtemp(prefix="poolfold-boundscheck-"))
-    work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(
         NUMBA_BOUNDSCHECK="1",
