@@ -48,9 +48,8 @@ def pytest_collection_modifyitems(config, items):
     19-minute run with an empty cache, 9-14 s with a full one; the whole run with a full
     cache went from 753 to 627 s with both moved)."""
     last = ("test_fixed_seed_cases_all_pass", "test_property_tests_pass_with_bounds_checking")
-    moved = [item for item in items if item.name in last]
     # Under pytest-xdist the controlling process starts the run (below), once for all workers.
-    if (any(item.name == last[1] for item in moved) and not hasattr(config, "workerinput")
+    if (any(item.name == last[1] for item in items) and not hasattr(config, "workerinput")
             and not config.option.collectonly):
         from test_fuzz_boundscheck import start_checked_run
 
