@@ -3,8 +3,12 @@
 This module is deliberately slow and simple: every output element is computed
 by plain Python loops (``itertools.product`` over output positions and kernel
 or block offsets), following the rules of the semantics document one by one,
-so that a reader can check each line against that document.  It shares no code
-with poolfold and never imports it.  Use it on small tensors only.
+so that a reader can check each line against that document.  MaxPool alone
+takes each step of its window scan for all outputs at once (numpy over every
+plane and output position, one kernel offset at a time, in window order): the
+suite calls it on thousands of inputs, and the same rules output by output took
+most of its time.  It shares no code with poolfold and never imports it.  Use
+it on small tensors only.
 
 It does not validate user input the way poolfold must; it *asserts* its
 preconditions (a failed assertion means the test asked for something the
@@ -154,62 +158,52 @@ def max_pool(x, kernel_shape, strides=None, pads=None, dilations=None,
         out_shape.append(o)
         pad_begin.append(b)
 
-    y = np.empty((N, C, *out_shape), dtype=dtype)
-    indices = np.empty((N, C, *out_shape), dtype=np.int64)
-    y_bits = _bits(y)
-    x_bits = _bits(x)
+    # Every output's window is scanned tap by tap in window order (row-major over the kernel
+    # offsets j), as the rules below say for one output; one step of the scan is taken for
+    # every output at once (numpy over all planes and output positions), which visits each
+    # output's taps in the same order as a loop per output would.
     if is_float:
         empty_value = np.array(-np.inf, dtype=dtype)
+        values = x.astype(np.float64)  # exact for every floating type here
     else:
         empty_value = np.array(np.iinfo(dtype).min, dtype=dtype)
+        values = x.astype(np.int64)  # exact for int8 and uint8
     plane_size = _product(D)
-
-    def value_of(element):
-        # float() is exact for every floating type here; int() for integers.
-        return float(element) if is_float else int(element)
-
-    def flat_position(pos):
-        if storage_order == 0:  # row-major: last axis fastest
-            flat = 0
-            for i in range(r):
-                flat = flat * D[i] + pos[i]
-            return flat
-        flat = 0  # storage_order 1: first axis fastest
-        step = 1
+    outputs = np.meshgrid(*[np.arange(v) for v in out_shape], indexing="ij")  # o, per axis
+    best_value = np.zeros((N, C, *out_shape), dtype=values.dtype)
+    best_at = np.full((N, C, *out_shape), -1, dtype=np.int64)  # row-major in the plane; -1: none
+    for j in itertools.product(*[range(v) for v in kernel]):
+        if plane_size == 0:
+            break  # no tap of any window lies inside the input
+        pos = [outputs[i] * stride[i] - pad_begin[i] + j[i] * dilation[i] for i in range(r)]
+        inside = np.ones(out_shape, dtype=bool)
         for i in range(r):
-            flat += pos[i] * step
-            step *= D[i]
-        return flat
+            inside &= (pos[i] >= 0) & (pos[i] < D[i])  # padding never wins
+        pos = [np.clip(p, 0, D[i] - 1) for i, p in enumerate(pos)]  # read only where inside
+        value = values[(slice(None), slice(None), *pos)]
+        first = best_at < 0
+        if is_float:
+            # the first NaN stays; a NaN propagates; otherwise ties keep the first one
+            beats = ~np.isnan(best_value) & (np.isnan(value) | (value > best_value))
+        else:
+            beats = value > best_value  # ties: the first one stays
+        take = inside & (first | beats)
+        best_value = np.where(take, value, best_value)
+        best_at = np.where(take, np.ravel_multi_index(pos, D), best_at)
 
-    for n, c in itertools.product(range(N), range(C)):
-        for o in itertools.product(*[range(v) for v in out_shape]):
-            best_pos = None
-            best_value = None
-            # window order: row-major over the kernel offsets j
-            for j in itertools.product(*[range(v) for v in kernel]):
-                pos = tuple(o[i] * stride[i] - pad_begin[i] + j[i] * dilation[i]
-                            for i in range(r))
-                if any(p < 0 or p >= D[i] for i, p in enumerate(pos)):
-                    continue  # padding never wins
-                value = value_of(x[(n, c, *pos)])
-                if best_pos is None:
-                    take = True
-                elif is_float and math.isnan(best_value):
-                    take = False  # the first NaN stays
-                elif is_float and math.isnan(value):
-                    take = True  # NaN propagates
-                else:
-                    take = value > best_value  # ties: the first one stays
-                if take:
-                    best_pos = pos
-                    best_value = value
-            if best_pos is None:  # empty window
-                y[(n, c, *o)] = empty_value
-                indices[(n, c, *o)] = -1
-            else:
-                # copy the winning element bit for bit
-                y_bits[(n, c, *o)] = x_bits[(n, c, *best_pos)]
-                indices[(n, c, *o)] = (n * C + c) * plane_size + flat_position(best_pos)
+    empty = best_at < 0
+    y = np.full((N, C, *out_shape), empty_value, dtype=dtype)
+    if plane_size > 0:  # copy the winning element bit for bit
+        winners = np.take_along_axis(_bits(x).reshape(N, C, plane_size),
+                                     np.maximum(best_at, 0).reshape(N, C, _product(out_shape)),
+                                     axis=2)
+        _bits(y)[...] = np.where(empty, _bits(y), winners.reshape(y.shape))
+    if storage_order == 0 or plane_size == 0:  # row-major: last axis fastest
+        flat = best_at
+    else:  # storage_order 1: first axis fastest
+        flat = np.ravel_multi_index(np.unravel_index(np.maximum(best_at, 0), D), D, order="F")
+    planes = np.arange(N * C, dtype=np.int64).reshape(N, C, *([1] * r))
+    indices = np.where(empty, -1, planes * plane_size + flat)
     return y, indices
 
 
