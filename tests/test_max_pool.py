@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import oracle
+from kernel_types import kernel_types
 import poolfold
 from poolfold import PoolfoldError
 
@@ -291,7 +292,8 @@ def pool_cases(draw, version=None, dtype=None, rank=None, fit=True, auto_pads=No
     """A MaxPool call valid for its version.  ``fit=False``: one where no window fits."""
     version = draw(st.sampled_from(VERSIONS)) if version is None else version
     opset = draw(st.sampled_from(OPSETS[version]))
-    dtype = draw(st.sampled_from(types_of(version))) if dtype is None else np.dtype(dtype)
+    dtype = draw(st.sampled_from(kernel_types(types_of(version)))) if dtype is None \
+        else np.dtype(dtype)
     r = draw(st.integers(1, 4)) if rank is None else rank
     max_dim = {1: 7, 2: 7, 3: 5, 4: 4}[r]
     max_k = 3 if r <= 3 else 2
