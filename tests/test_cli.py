@@ -1,7 +1,8 @@
 """The ``poolfold`` command, driven as a user would: ``python -m poolfold.cli`` in a subprocess
-(and once through the installed console script) where the run itself is what is tested, and
-``poolfold.cli.main`` in this process for the errors and the help, which a subprocess would
-only make slower (a second or two of imports each)."""
+for the Quickstart's run of the bundled model, without the extras and through the installed
+console script, where the process itself is what is tested, and ``poolfold.cli.main`` in
+this process for the rest (runs, conformance, errors and help), where a subprocess would only
+add a second or two of imports each."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from onnx import TensorProto, helper
 
 import poolfold
 import poolfold.backend
+from command_line import cli_here
 from poolfold import models
 
 TIMEOUT = 240
@@ -26,28 +28,6 @@ BUNDLED_OUTPUTS = {"segmentation": (1, 2, 64, 64), "encoded": (1, 16, 16, 16)}
 def cli(*args, cwd=None, env=None):
     return subprocess.run([sys.executable, "-m", "poolfold.cli", *map(str, args)],
                           capture_output=True, text=True, cwd=cwd, env=env, timeout=TIMEOUT)
-
-
-def cli_here(*args, cwd):
-    """``poolfold ARGS`` run by ``poolfold.cli.main`` in this process, in ``cwd``: the exit
-    status and what it printed, as :func:`cli` gives them."""
-    import contextlib
-    import io
-
-    from poolfold import cli as command
-
-    out, err = io.StringIO(), io.StringIO()
-    here = os.getcwd()
-    os.chdir(cwd)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = command.main([str(a) for a in args])
-            except SystemExit as exit_:  # argparse's --help and usage errors
-                code = exit_.code
-    finally:
-        os.chdir(here)
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def assert_usage_error(result):
@@ -78,7 +58,7 @@ def test_run_poolfold_nodes_needed_says_what_runs_where(tmp_path):
     outputs = {}
     for choice in ("all", "needed"):
         path = tmp_path / f"{choice}.npz"
-        result = cli("run", "--poolfold-nodes", choice, "--output", path, cwd=tmp_path)
+        result = cli_here("run", "--poolfold-nodes", choice, "--output", path, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         assert f"where it runs (--poolfold-nodes {choice}):" in result.stdout
         outputs[choice] = dict(np.load(path))
@@ -90,7 +70,7 @@ def test_run_poolfold_nodes_needed_says_what_runs_where(tmp_path):
     for name in BUNDLED_OUTPUTS:
         np.testing.assert_allclose(outputs["needed"][name], outputs["all"][name], rtol=1e-5,
                                    atol=1e-5)
-    refused = cli("run", "--poolfold-nodes", "some", cwd=tmp_path)
+    refused = cli_here("run", "--poolfold-nodes", "some", cwd=tmp_path)
     assert refused.returncode == 2 and "--poolfold-nodes" in refused.stderr
 
 
@@ -122,7 +102,7 @@ def test_command_line_works_without_the_extras(tmp_path, args):
 def test_run_output_npz_same_seed_same_arrays(tmp_path):
     a, b, c = tmp_path / "a.npz", tmp_path / "b.npz", tmp_path / "c.npz"
     for path, seed in ((a, 5), (b, 5), (c, 6)):
-        result = cli("run", "--seed", seed, "--output", path, cwd=tmp_path)
+        result = cli_here("run", "--seed", seed, "--output", path, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         assert path.exists()
     with np.load(a) as fa, np.load(b) as fb, np.load(c) as fc:
@@ -137,7 +117,7 @@ def test_run_output_equals_backend_on_given_input(tmp_path):
     """The bundled model fed from a file: the .npz holds what poolfold.backend computes."""
     x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
     np.save(tmp_path / "image.npy", x)
-    result = cli("run", "--input", "image=image.npy", "--output", "out.npz", cwd=tmp_path)
+    result = cli_here("run", "--input", "image=image.npy", "--output", "out.npz", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     model = onnx.load(str(models.path()))
     want = poolfold.backend.prepare(model).run({"image": x})
@@ -172,7 +152,7 @@ def test_run_own_model_matches_functional_api(tmp_path):
     _pool_relu_unpool_model(tmp_path / "m.onnx")
     x = np.random.default_rng(1).standard_normal((2, 3, 7, 6)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    result = cli("run", "m.onnx", "--input", "X=x.npy", "--output", "o.npz", cwd=tmp_path)
+    result = cli_here("run", "m.onnx", "--input", "X=x.npy", "--output", "o.npz", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "Y" in result.stdout and "(2, 3, 7, 6)" in result.stdout
     kw = dict(strides=[2, 2], pads=[1, 1, 1, 1])
@@ -306,7 +286,7 @@ def test_run_help(tmp_path):
 # ------------------------------------------------------------------------------ other commands
 
 def test_conformance_filter_maxunpool():
-    result = cli("conformance", "--filter", "maxunpool")
+    result = cli_here("conformance", "--filter", "maxunpool", cwd=".")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "documented divergence" in result.stdout
     assert "1 passed" in result.stdout

@@ -3,24 +3,21 @@
 Bytes that are not ONNX, wrong attribute types, missing or extra inputs, negative, symbolic
 or enormous dims, an output_shape or image_shape that would need terabytes: the backend
 raises a PoolfoldError / PoolfoldTypeError with a one-line message (nothing allocated beyond
-a small bound for the refusals), and the command prints one line and exits with status 2,
-never a traceback.
+a small bound for the refusals), and the command (``poolfold.cli.main``, in this process)
+prints one line and exits with status 2, never a traceback.
 """
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import poolfold.backend
+from command_line import cli_here
 from poolfold import PoolfoldError, PoolfoldTypeError, models
 from refusal import assert_refused_quickly
 
-TIMEOUT = 300
 TERA = 2**20  # a spatial dim: 2**40 elements in a 2-D plane, 4 TiB of float32
 
 
@@ -141,8 +138,7 @@ def test_backend_runs_symbolic_and_declared_negative_dims_with_real_inputs():
 # ------------------------------------------------------------------------- poolfold run
 
 def run_command(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "poolfold.cli", "run", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd, timeout=TIMEOUT)
+    return cli_here("run", *args, cwd=cwd)
 
 
 def assert_one_line_usage_error(result, *words):
