@@ -461,7 +461,12 @@ def _first_max_rows(src, src_index, dst, dst_index, start, step, taps, count, re
     """``dst[:count]`` = the first maximum (first NaN) of ``src[start + t*step:][:count]``
     over taps t in order; unless ``dst_index`` is None their positions too, recorded as
     ``record`` plus the offset in ``src`` (``record`` >= 0) or carried along from
-    ``src_index``."""
+    ``src_index``.
+
+    A slab may hold no input row (its outputs' windows are only padding), which makes
+    ``count`` negative: nothing to do, and ``dst[:count]`` would slice from the end."""
+    if count <= 0:
+        return
     held = dst[:count]
     first_tap = src[start:start + count]
     if dst_index is None:
