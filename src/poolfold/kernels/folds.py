@@ -184,9 +184,10 @@ def fold_word_rows(dst, dst_at, targets, words, e, n, rows, k, d, count, bits):
     (:mod:`poolfold.kernels.words`): a stream of words read in one half.  Each tap's words
     and half are worked out once: with ``n`` even they are the same in every row."""
     if n % 2 == 1:  # rows alternate between word halves
+        one = np.int64(1)  # not the literal, which numba would compile a second time for
         for r in range(rows):
-            _fold_word_rows(dst, dst_at, targets[r:r + 1], words, e + r * n, 0, 1, k, d, count,
-                            bits)
+            _fold_word_rows(dst, dst_at, targets[r:r + 1], words, e + r * n, np.int64(0), one,
+                            k, d, count, bits)
         return
     _fold_word_rows(dst, dst_at, targets, words, e, n // 2, rows, k, d, count, bits)
 

@@ -207,14 +207,14 @@ def _van_herk(src, src_at, unit_at, n, inner, first, lo, hi, k, s, d, flat_lo, f
 
 
 @helper
-def _rows_pass(x, words, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi, shift, o_b,
-               o_e, dst, dst_at, targets, empty_value):
+def _rows_pass(x, words, paired, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi,
+               shift, o_b, o_e, dst, dst_at, targets, empty_value):
     """The pass over the last axis of channels-first planes, reading the ``rows`` rows of
-    ``n`` elements at ``x[base:]`` where they lie: for the uncut outputs, at stride 1 (``words``
-    None) tap t is the row shifted, at stride 2 a stream of ``words`` (the input seen as words
-    of two elements), at other strides (``words`` None) an output's taps are read at once;
-    then the outputs whose window the padding cuts, one output of a chunk of rows at a time.  Positions are recorded (an element's index in ``x``) and laid out as the
-    values.  Row u's outputs go to ``dst[targets[u]:]`` (:func:`_place_units`)."""
+    ``n`` elements at ``x[base:]`` where they lie: the uncut outputs as
+    :func:`_fold_uncut` reads them (``paired``: at stride 2, as ``words``), then the outputs
+    whose window the padding cuts, one output of a chunk of rows at a time.  Positions are
+    recorded (an element's index in ``x``) and laid out as the values.  Row u's outputs go
+    to ``dst[targets[u]:]`` (:func:`_place_units`)."""
     flat_lo = max(o_b, uncut_lo)
     flat_hi = min(o_e, uncut_hi)
     count = flat_hi - flat_lo
@@ -229,7 +229,8 @@ def _rows_pass(x, words, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_
             for r in range(chunk):
                 here[r] += flat_lo
             e = origin + first[flat_lo]
-            _fold_uncut(dst, dst_at, here, x, words, e, n, chunk, k, s, d, count, bits)
+            _fold_uncut(dst, dst_at, here, x, words, paired, e, n, chunk, k, s, d, count,
+                        bits)
             for r in range(chunk):
                 here[r] -= flat_lo
         for o in range(o_b, o_e):
@@ -264,7 +265,10 @@ def _lanes_pass(x, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi, sh
         to_lanes(x, base + g * n, group, n, lanes, lanes_at, phases)
         result = starts[2, :1]  # where _run_pass puts the lanes' outputs
         result[0] = lane_capacity
-        # the lanes read as the passes read x: the folds compile once for both
+        # the lanes read as the passes read x: the folds compile once for both.  The lanes'
+        # count is a literal, for which _run_pass compiles apart, on purpose: its loops over
+        # one position's lanes then unroll into vector instructions (a runtime count made
+        # 15x15 windows over float16 planes 2.6x slower)
         _run_pass(read_only(lanes), lanes_at, 1, n, width, phases, first, lo, hi, k, s, d,
                   uncut_lo, uncut_hi, shift, o_b, o_e, run, run_at, van_herk, lanes, lanes_at,
                   result, 0, starts, empty_value)
@@ -272,53 +276,45 @@ def _lanes_pass(x, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi, sh
                    dst_at, targets[g:g + group], targets[g:g + group])
 
 
-def _fold_uncut(dst, dst_at, targets, x, words, e, n, rows, k, s, d, count,
-                bits):  # pragma: no cover
-    raise NotImplementedError
-
-
-@overload(_fold_uncut)
-def _fold_uncut_overload(dst, dst_at, targets, x, words, e, n, rows, k, s, d, count, bits):
-    """The uncut outputs of rows read where they lie: shifted (``words`` None, stride 1),
-    strided (``words`` None, any other stride) or as words (stride 2).  Words or not is
-    chosen by type, so that a call compiles only what it needs."""
-    if isinstance(words, types.NoneType):
-        def shifted(dst, dst_at, targets, x, words, e, n, rows, k, s, d, count, bits):
-            if s == 1:
-                fold_rows(dst, dst_at, targets, x, e, n, rows, k, d, count)
-            else:
-                fold_strided_rows(dst, dst_at, targets, x, e, n, rows, k, s, d, count)
-        return shifted
-
-    def paired(dst, dst_at, targets, x, words, e, n, rows, k, s, d, count, bits):
+@helper
+def _fold_uncut(dst, dst_at, targets, x, words, paired, e, n, rows, k, s, d, count, bits):
+    """The uncut outputs of rows read where they lie: as ``words`` (``paired``, stride 2),
+    shifted (stride 1) or strided (any other stride).  Chosen at run time, once per chunk of
+    rows: chosen by type instead (``words`` None or not), the whole row pass compiled twice
+    for each element type, about 2 of the passes kernel's 18 s."""
+    if paired:
         fold_word_rows(dst, dst_at, targets, words, e, n, rows, k, d, count, bits)
-    return paired
+    elif s == 1:
+        fold_rows(dst, dst_at, targets, x, e, n, rows, k, d, count)
+    else:
+        fold_strided_rows(dst, dst_at, targets, x, e, n, rows, k, s, d, count)
 
 
-def _last_axis_pass(lanes, x, words, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi,
-                    shift, o_b, o_e, run, run_at, van_herk, lane_space, lane_space_at,
-                    lane_capacity, dst, dst_at, targets, starts, empty_value):  # pragma: no cover
+def _last_axis_pass(lanes, x, words, paired, base, rows, n, first, lo, hi, k, s, d, uncut_lo,
+                    uncut_hi, shift, o_b, o_e, run, run_at, van_herk, lane_space, lane_space_at,
+                    lane_capacity, dst, dst_at, targets, starts,
+                    empty_value):  # pragma: no cover
     raise NotImplementedError
 
 
 @overload(_last_axis_pass)
-def _last_axis_pass_overload(lanes, x, words, base, rows, n, first, lo, hi, k, s, d, uncut_lo,
-                             uncut_hi, shift, o_b, o_e, run, run_at, van_herk, lane_space,
-                             lane_space_at, lane_capacity, dst, dst_at, targets, starts,
-                             empty_value):
+def _last_axis_pass_overload(lanes, x, words, paired, base, rows, n, first, lo, hi, k, s, d,
+                             uncut_lo, uncut_hi, shift, o_b, o_e, run, run_at, van_herk,
+                             lane_space, lane_space_at, lane_capacity, dst, dst_at, targets,
+                             starts, empty_value):
     """The pass over a channels-first last axis: through lanes (``lanes`` not None) or over
     rows where they lie; chosen by type, so that only the one a call needs is compiled."""
     if isinstance(lanes, types.NoneType):
-        def in_place(lanes, x, words, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi,
-                     shift, o_b, o_e, run, run_at, van_herk, lane_space, lane_space_at,
+        def in_place(lanes, x, words, paired, base, rows, n, first, lo, hi, k, s, d, uncut_lo,
+                     uncut_hi, shift, o_b, o_e, run, run_at, van_herk, lane_space, lane_space_at,
                      lane_capacity, dst, dst_at, targets, starts, empty_value):
-            _rows_pass(x, words, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi,
-                       shift, o_b, o_e, dst, dst_at, targets, empty_value)
+            _rows_pass(x, words, paired, base, rows, n, first, lo, hi, k, s, d, uncut_lo,
+                       uncut_hi, shift, o_b, o_e, dst, dst_at, targets, empty_value)
         return in_place
 
-    def through_lanes(lanes, x, words, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi,
-                      shift, o_b, o_e, run, run_at, van_herk, lane_space, lane_space_at,
-                      lane_capacity, dst, dst_at, targets, starts, empty_value):
+    def through_lanes(lanes, x, words, paired, base, rows, n, first, lo, hi, k, s, d, uncut_lo,
+                      uncut_hi, shift, o_b, o_e, run, run_at, van_herk, lane_space,
+                      lane_space_at, lane_capacity, dst, dst_at, targets, starts, empty_value):
         _lanes_pass(x, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi, shift, o_b,
                     o_e, run, run_at, van_herk, lane_space, lane_space_at, lane_capacity, dst,
                     dst_at, targets, starts, empty_value)
@@ -521,20 +517,15 @@ def max_passes(x, y, indices, words, axes, taps, setup, empty_value, start, stop
             d = axes[DILATION, a]
             van_herk = axes[VAN_HERK, a] != 0
             if a == last and channels == 1 and mode == LANES:
-                _last_axis_pass(True, flat, None, base, units, extent[a], first, lo, hi, k, s,
-                                d, axes[UNCUT_LO, a], axes[UNCUT_HI, a], shift, o_b, o_e, run,
-                                run_at, van_herk, lane_space, lane_space_at, lane_capacity, dst,
-                                dst_at, row_targets, starts, empty_value)
-            elif a == last and channels == 1 and mode == WORDS:
-                _last_axis_pass(None, flat, words, base, units, extent[a], first, lo, hi, k, s,
-                                d, axes[UNCUT_LO, a], axes[UNCUT_HI, a], shift, o_b, o_e, run,
-                                run_at, van_herk, lane_space, lane_space_at, lane_capacity, dst,
-                                dst_at, row_targets, starts, empty_value)
-            elif a == last and channels == 1:
-                _last_axis_pass(None, flat, None, base, units, extent[a], first, lo, hi, k, s,
-                                d, axes[UNCUT_LO, a], axes[UNCUT_HI, a], shift, o_b, o_e, run,
-                                run_at, van_herk, lane_space, lane_space_at, lane_capacity, dst,
-                                dst_at, row_targets, starts, empty_value)
+                _last_axis_pass(True, flat, words, False, base, units, extent[a], first, lo, hi,
+                                k, s, d, axes[UNCUT_LO, a], axes[UNCUT_HI, a], shift, o_b, o_e,
+                                run, run_at, van_herk, lane_space, lane_space_at,
+                                lane_capacity, dst, dst_at, row_targets, starts, empty_value)
+            elif a == last and channels == 1:  # SHIFTED or WORDS: one compile for both
+                _last_axis_pass(None, flat, words, mode == WORDS, base, units, extent[a], first,
+                                lo, hi, k, s, d, axes[UNCUT_LO, a], axes[UNCUT_HI, a], shift,
+                                o_b, o_e, run, run_at, van_herk, lane_space, lane_space_at,
+                                lane_capacity, dst, dst_at, row_targets, starts, empty_value)
             elif a == last:  # channels-last input, read where it lies
                 size = units * extent[a] * inner
                 if indices is not None:  # its positions, once

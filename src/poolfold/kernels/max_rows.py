@@ -468,12 +468,14 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
         q0 = (item % items_per_plane) * rows_per_item
         q1 = min(q0 + rows_per_item, lead_out)
         x_at = p * in_size
-        fixing = 0
+        # np.int64 and np.bool_, not literals: typed first as the literals, the call that
+        # takes them below compiled _rows_in_window_order once more, for those
+        fixing = np.int64(0)
         # Whether the input span [scan_lo, scan_hi) screened so far holds a -0.0: without
         # one every zero tap has the bits of the first, and the zeros of a ReLU's output
         # (about half of a CNN's MaxPool input) need no search in window order (which made
         # the row kernel 3-4x slower on them).
-        signed_zeros = False
+        signed_zeros = np.bool_(False)
         scan_lo = scan_hi = 0
         rest = q0
         for a in range(last - 1, -1, -1):  # q0's leading position

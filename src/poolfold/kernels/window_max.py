@@ -817,8 +817,10 @@ def window_max_separable(x, y, indices, first, lo, hi, in_shape, out_shape, kern
                         if indices is not None:
                             indices[p, q] = -1
                     elif indices is not None and column_major:
+                        # column_major (True here), not the literal: window_max's compile
+                        # of reported_index serves
                         indices[p, q] = plane_offset + reported_index(
-                            indices[p, q] - plane_offset, True, in_shape, in_strides)
+                            indices[p, q] - plane_offset, column_major, in_shape, in_strides)
                     next_in_shape(o, out_shape, rank)
 
 

@@ -434,8 +434,9 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
                 for o in range(out_last):
                     v = sums[t * m + o]
                     if (v - v) != 0:
+                        # int64, not literals: window_rows's own call's compile serves
                         total = _window_sum64(x, x_at, position, tap, taps, axes, in_strides,
-                                              o, 0, 1, shrink)
+                                              o, np.int64(0), np.int64(1), shrink)
                         y[y_at + t * out_last + o] = narrow_to(
                             total * (row_scale * scale[o]) / shrink, y)
             position[last - 1] = b0

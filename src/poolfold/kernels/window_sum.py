@@ -830,7 +830,9 @@ def global_max(x, keys, y_keys, size, channels, order, start, stop):
             fixes[fixing] = i
             fixing += (high > top) | (low < bottom) | (high == 0)
         for f in range(fixing):
-            y_keys[fixes[f], 0] = _first_winner(x, keys, fixes[f], 0, size, 1, mask)
+            # int64, not literals: the channels-last call's compile serves
+            y_keys[fixes[f], 0] = _first_winner(x, keys, fixes[f], np.int64(0), size,
+                                                np.int64(1), mask)
         return
     # channels-last: the same keys per channel, each position's run of channels one
     # vectorised loop
