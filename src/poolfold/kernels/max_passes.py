@@ -303,7 +303,8 @@ def _last_axis_pass_overload(lanes, x, words, paired, base, rows, n, first, lo, 
                              lane_space, lane_space_at, lane_capacity, dst, dst_at, targets,
                              starts, empty_value):
     """The pass over a channels-first last axis: through lanes (``lanes`` not None) or over
-    rows where they lie; chosen by type, so that only the one a call needs is compiled."""
+    rows where they lie (``paired``: as words); chosen by type, though :func:`max_passes`
+    holds both calls and so compiles both for each of its signatures."""
     if isinstance(lanes, types.NoneType):
         def in_place(lanes, x, words, paired, base, rows, n, first, lo, hi, k, s, d, uncut_lo,
                      uncut_hi, shift, o_b, o_e, run, run_at, van_herk, lane_space, lane_space_at,
