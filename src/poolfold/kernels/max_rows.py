@@ -769,8 +769,9 @@ def max_row_blocks(x, y, axes, taps, lead, setup, empty_value, start, stop):
                     if matters:
                         p = g // lead_out
                         one[0] = g % lead_out
-                        _rows_in_window_order(y_flat, flat, one, 1, p, p * in_size,
-                                              y.shape[1], out, 1, row_at, lead_at, no_taps,
-                                              lead_taps, steps, o, j, out_shape, last,
-                                              first_last, taps[1, last], taps[2, last], d,
-                                              signed_zeros)
+                        # int64 counts, not literals: max_rows's compile serves
+                        _rows_in_window_order(y_flat, flat, one, np.int64(1), p, p * in_size,
+                                              y.shape[1], out, np.int64(1), row_at, lead_at,
+                                              no_taps, lead_taps, steps, o, j, out_shape,
+                                              last, first_last, taps[1, last],
+                                              taps[2, last], d, signed_zeros)
