@@ -274,14 +274,33 @@ def _screen(src, scan_lo, scan_hi, lo, hi):
     return found, scan_lo, scan_hi
 
 
-@njit(inline="always")
-def _holds_negative_zero(src, lo, hi):
-    """Whether ``src[lo:hi]`` holds a -0.0: one branch-free pass, which LLVM vectorises."""
-    u = np.uint64
-    found = False
-    for i in range(lo, hi):
-        found |= _negative_zero(src[u(i)])
-    return found
+def _holds_negative_zero(src, lo, hi):  # pragma: no cover - replaced by the overload
+    raise NotImplementedError
+
+
+@overload(_holds_negative_zero, inline="always")
+def _holds_negative_zero_overload(src, lo, hi):
+    """Whether ``src[lo:hi]`` holds a -0.0: one branch-free pass, which LLVM vectorises, over
+    the elements' bits (the sign bit alone).  Comparing the values instead (zero, and a
+    negative sign) took 0.078 ns an element against 0.050 (float32, 786432 elements)."""
+    if src.dtype in (types.float32, types.float64):
+        bits = np.uint32 if src.dtype == types.float32 else np.uint64
+        sign = bits(1) << bits(src.dtype.bitwidth - 1)
+
+        def by_bits(src, lo, hi):
+            words = src.view(bits)
+            found = False
+            for i in range(np.uint64(lo), np.uint64(hi)):
+                found |= words[i] == sign
+            return found
+        return by_bits
+
+    def by_value(src, lo, hi):
+        found = False
+        for i in range(np.uint64(lo), np.uint64(hi)):
+            found |= _negative_zero(src[i])
+        return found
+    return by_value
 
 
 @helper
