@@ -282,7 +282,8 @@ def _holds_negative_zero(src, lo, hi):  # pragma: no cover - replaced by the ove
 def _holds_negative_zero_overload(src, lo, hi):
     """Whether ``src[lo:hi]`` holds a -0.0: one branch-free pass, which LLVM vectorises, over
     the elements' bits (the sign bit alone).  Comparing the values instead (zero, and a
-    negative sign) took 0.078 ns an element against 0.050 (float32, 786432 elements)."""
+    negative sign) took 0.038-0.043 ns a float32 element against 0.027-0.030 over 8192 of
+    them in cache, as a block's span is, and 0.054-0.057 against 0.043-0.046 over 3 MiB."""
     if src.dtype in (types.float32, types.float64):
         bits = np.uint32 if src.dtype == types.float32 else np.uint64
         sign = bits(1) << bits(src.dtype.bitwidth - 1)
