@@ -11,13 +11,28 @@ from __future__ import annotations
 import numba
 from numba import types
 from numba.core.imputils import impl_ret_borrowed
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
+
+from . import linking
 
 # The decorator of a kernel's helpers, which only other kernels call: numba then builds none
 # of the wrappers that let Python call a compiled function (argument unboxing and a C entry
 # point), less code for LLVM to optimise on a first call (measured: 10-20% of the MaxPool
-# kernels' first compile).
-helper = numba.njit(cache=True, nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+# kernels' first compile), and no machine code of the helper's own (:mod:`.linking`).
+if linking.AVAILABLE:
+    helper = numba.njit(nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True,
+                        pipeline_class=linking.HelperCompiler)
+    _OVERLOAD_OPTIONS = dict(pipeline_class=linking.HelperCompiler)
+else:  # pragma: no cover - another numba's layout
+    helper = numba.njit(cache=True, nogil=True, no_cpython_wrapper=True,
+                        no_cfunc_wrapper=True)
+    _OVERLOAD_OPTIONS = {}
+
+
+def helper_overload(function, **options):
+    """``numba.extending.overload`` for the kernels: each implementation it picks is compiled
+    as a helper is (linked into its callers only)."""
+    return overload(function, jit_options=_OVERLOAD_OPTIONS, **options)
 
 
 @intrinsic

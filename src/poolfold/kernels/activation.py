@@ -14,7 +14,8 @@ import math
 
 import numpy as np
 from numba import njit, types
-from numba.extending import overload
+
+from . import helper_overload
 
 IDENTITY, RELU, TANH, SIGMOID, LEAKY_RELU, CLIP, HARD_SIGMOID = range(7)
 
@@ -43,7 +44,7 @@ def activate(v, code, params, table):  # pragma: no cover - replaced by the over
     raise NotImplementedError
 
 
-@overload(activate)
+@helper_overload(activate)
 def _activate(v, code, params, table):
     if v == types.uint16:  # float16 bits: look the result up
 

@@ -11,11 +11,10 @@ import functools
 
 import numpy as np
 from numba import njit, types
-from numba.extending import overload
 
 from ..geometry import row_major_strides
 from ..memory import check_table
-from . import helper
+from . import helper, helper_overload
 
 from .half import HALF_BITS, as_float32
 from .odometer import next_in_ranges, next_in_shape
@@ -25,7 +24,7 @@ def add_into(acc, i, v):  # pragma: no cover - replaced by the overload inside n
     raise NotImplementedError
 
 
-@overload(add_into)
+@helper_overload(add_into)
 def _add_into(acc, i, v):
     if acc.dtype == types.float32 and v in HALF_BITS:
         # float16 / bfloat16 bits, accumulated in float32 (the caller rounds once at the end).

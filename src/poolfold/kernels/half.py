@@ -20,7 +20,9 @@ import ctypes
 import numpy as np
 from llvmlite import binding, ir
 from numba import types
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
+
+from . import helper_overload
 
 # The library calls LLVM makes for half conversions on targets without F16C.
 HALF_CONVERSIONS = ("__extendhfsf2", "__truncsfhf2", "__truncdfhf2")
@@ -73,7 +75,7 @@ def as_float32(bits):  # pragma: no cover - replaced by the overload inside numb
     raise NotImplementedError
 
 
-@overload(as_float32)
+@helper_overload(as_float32)
 def _as_float32(bits):
     if bits == types.uint16:
         return lambda bits: _float16_bits_to_float32(bits)
@@ -102,7 +104,7 @@ def narrow_to(value, bits_type):  # pragma: no cover - replaced by the overload 
     raise NotImplementedError
 
 
-@overload(narrow_to)
+@helper_overload(narrow_to)
 def _narrow_to(value, bits_type):
     """A float64 ``value`` as the element type the kernel stores: float16 bits (``uint16``),
     bfloat16 bits (``int16``), or float32 / float64.  Half types go through float32 (the

@@ -11,16 +11,15 @@ and the rows' axis is reduced like any other axis with a contiguous inner run of
 from __future__ import annotations
 
 import numpy as np
-from numba.extending import overload
 
-from . import helper
+from . import helper, helper_overload
 
 
 def lane_count(a):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
 
-@overload(lane_count)
+@helper_overload(lane_count)
 def _lane_count(a):
     """64 bytes of ``a``'s elements, as a compile-time constant, so that the loops over the
     lanes of one position are unrolled into vector instructions."""

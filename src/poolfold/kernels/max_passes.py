@@ -41,9 +41,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, types
-from numba.extending import overload
 
-from . import helper, read_only
+from . import helper, helper_overload, read_only
 from .folds import (fill, fill_column, fold, fold_column, fold_rows, fold_strided_rows,
                     fold_word_rows, prefix_runs, suffix_runs)
 from .lanes import from_lanes, lane_count, to_lanes
@@ -67,7 +66,7 @@ def _positions(indices, size):  # pragma: no cover - replaced by the overload in
     raise NotImplementedError
 
 
-@overload(_positions)
+@helper_overload(_positions)
 def _positions_overload(indices, size):
     """Scratch for ``size`` positions, or None when the call wants no Indices: numba then
     compiles none of the position-keeping code (it drops the branches an ``is None`` test on
@@ -297,7 +296,7 @@ def _last_axis_pass(lanes, x, words, paired, base, rows, n, first, lo, hi, k, s,
     raise NotImplementedError
 
 
-@overload(_last_axis_pass)
+@helper_overload(_last_axis_pass)
 def _last_axis_pass_overload(lanes, x, words, paired, base, rows, n, first, lo, hi, k, s, d,
                              uncut_lo, uncut_hi, shift, o_b, o_e, run, run_at, van_herk,
                              lane_space, lane_space_at, lane_capacity, dst, dst_at, targets,
@@ -326,7 +325,7 @@ def _tail(a, lo):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
 
-@overload(_tail)
+@helper_overload(_tail)
 def _tail_overload(a, lo):
     """``a[lo:]``, or None for a None ``a``."""
     if isinstance(a, types.NoneType):
@@ -560,7 +559,7 @@ def _destination_positions(indices, stage_at, final):  # pragma: no cover - repl
     raise NotImplementedError
 
 
-@overload(_destination_positions)
+@helper_overload(_destination_positions)
 def _destination_positions_overload(indices, stage_at, final):
     """Where a pass puts positions: flat ``indices`` for the last pass over channels-first
     planes, else the stage; None without Indices."""

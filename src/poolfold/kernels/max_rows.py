@@ -62,9 +62,8 @@ import math
 
 import numpy as np
 from numba import njit, types
-from numba.extending import overload
 
-from . import helper
+from . import helper, helper_overload
 from .folds import beats
 from .simd import (HOLDS_NAN, HOLDS_ZERO, fold_lanes, fold_strided, fold_vectors,
                    zeros_and_nans)
@@ -221,7 +220,7 @@ def _is_zero(v):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
 
-@overload(_is_zero)
+@helper_overload(_is_zero)
 def _is_zero_overload(v):
     """Whether a floating ``v`` is a zero of either sign; never for integers (but the bits
     of the half types), whose loops then compile away."""
@@ -241,7 +240,7 @@ def _negative_zero(v):  # pragma: no cover - replaced by the overload inside num
     raise NotImplementedError
 
 
-@overload(_negative_zero)
+@helper_overload(_negative_zero)
 def _negative_zero_overload(v):
     """Whether ``v`` is a -0.0 (for the half types, their bits 0x8000)."""
     if v == types.uint16:
@@ -278,7 +277,7 @@ def _holds_negative_zero(src, lo, hi):  # pragma: no cover - replaced by the ove
     raise NotImplementedError
 
 
-@overload(_holds_negative_zero, inline="always")
+@helper_overload(_holds_negative_zero, inline="always")
 def _holds_negative_zero_overload(src, lo, hi):
     """Whether ``src[lo:hi]`` holds a -0.0: one branch-free pass, which LLVM vectorises, over
     the elements' bits (the sign bit alone).  Comparing the values instead (zero, and a

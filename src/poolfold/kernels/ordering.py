@@ -9,8 +9,8 @@ key.
 from __future__ import annotations
 
 from numba import types
-from numba.extending import overload
 
+from . import helper_overload
 from .half import HALF_BITS, as_float32
 
 
@@ -22,7 +22,7 @@ def is_nan(v):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
 
-@overload(order_key)
+@helper_overload(order_key)
 def _order_key(v):
     if v in HALF_BITS:
         return lambda v: as_float32(v)
@@ -31,7 +31,7 @@ def _order_key(v):
     return None
 
 
-@overload(is_nan)
+@helper_overload(is_nan)
 def _is_nan(v):
     if isinstance(v, types.Float) or v in HALF_BITS:
 

@@ -42,8 +42,9 @@ from __future__ import annotations
 from llvmlite import binding, ir
 from numba import types
 from numba.core import cgutils, config
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
+from . import helper_overload
 from .half import HALF_BITS
 
 
@@ -474,7 +475,7 @@ def vector_width(a):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
 
-@overload(vector_width)
+@helper_overload(vector_width)
 def _vector_width(a):
     """The lanes of a fold's vector of ``a``'s elements (the side of
     :func:`transpose_tile`'s tile), as a compile-time constant."""

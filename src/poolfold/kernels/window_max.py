@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, types
-from numba.extending import overload
 
-from . import helper, read_only
+from . import helper, helper_overload, read_only
 
 from .odometer import next_in_ranges, next_in_shape
 from .ordering import is_nan, order_key
@@ -200,7 +199,7 @@ def _positions_like(indices, rows, capacity):  # pragma: no cover - replaced ins
     raise NotImplementedError
 
 
-@overload(_rows_of)
+@helper_overload(_rows_of)
 def _rows_of_overload(a, i):
     """``a[i]``, or None for a None ``a``."""
     if isinstance(a, types.NoneType):
@@ -208,7 +207,7 @@ def _rows_of_overload(a, i):
     return lambda a, i: a[i]
 
 
-@overload(_part_of)
+@helper_overload(_part_of)
 def _part_of_overload(a, lo, hi):
     """``a[lo:hi]``, or None for a None ``a``."""
     if isinstance(a, types.NoneType):
@@ -216,7 +215,7 @@ def _part_of_overload(a, lo, hi):
     return lambda a, lo, hi: a[lo:hi]
 
 
-@overload(_positions_like)
+@helper_overload(_positions_like)
 def _positions_like_overload(indices, rows, capacity):
     """Scratch for ``rows`` x ``capacity`` positions, or None when ``indices`` is None."""
     if isinstance(indices, types.NoneType):

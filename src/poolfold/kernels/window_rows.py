@@ -30,8 +30,9 @@ from __future__ import annotations
 import numpy as np
 
 from numba import njit, types
-from numba.extending import overload, register_jitable
+from numba.extending import register_jitable
 
+from . import helper_overload
 from .half import narrow_to
 from .odometer import next_in_ranges
 from .simd import sum_strided, sum_vectors
@@ -43,7 +44,7 @@ def _accumulator(length, mark, x):  # pragma: no cover - replaced by the overloa
     raise NotImplementedError
 
 
-@overload(_accumulator)
+@helper_overload(_accumulator)
 def _accumulator_overload(length, mark, x):
     """Scratch for ``length`` sums of the terms ``mark`` selects: float32 for the values of
     a narrower type (AveragePool), float64 for float64 values and for |x| and x^2 (LpPool,
@@ -57,7 +58,7 @@ def _row_term(raw, mark, p):  # pragma: no cover - replaced by the overload insi
     raise NotImplementedError
 
 
-@overload(_row_term)
+@helper_overload(_row_term)
 def _row_term_overload(raw, mark, p):
     """An element's term in the accumulator's type (see :func:`_accumulator`)."""
     if mark.dtype == types.int8 and raw != types.float64:
@@ -69,7 +70,7 @@ def _add_rows(acc, to, x, row_at, rows, span, mark, p):  # pragma: no cover - se
     raise NotImplementedError
 
 
-@overload(_add_rows)
+@helper_overload(_add_rows)
 def _add_rows_overload(acc, to, x, row_at, rows, span, mark, p):
     """``acc[to + i]`` = the terms of ``x[row_at[r] + i]`` over the rows r < ``rows`` added
     in order, for i < ``span``: in explicit vectors

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, types
-from numba.extending import overload
 
+from . import helper_overload
 from .half import HALF_BITS, as_float32, narrow_to
 
 # Rows of the per-axis table (``axes[row, axis]``).
@@ -53,7 +53,7 @@ def as_float32_value(value):  # pragma: no cover - replaced by the overload insi
     raise NotImplementedError
 
 
-@overload(as_float32_value)
+@helper_overload(as_float32_value)
 def _as_float32_value(value):
     """A float32, float16 or bfloat16 element (the last two as bits) as a float32; a
     float64 stays one (its sums never take this path, but the kernels compile it)."""
@@ -68,7 +68,7 @@ def widen(value):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
 
-@overload(widen)
+@helper_overload(widen)
 def _widen(value):
     if value in HALF_BITS:
         return lambda value: np.float64(as_float32(value))
@@ -98,7 +98,7 @@ def _term(v, mark, p):  # pragma: no cover - replaced by the overload inside num
     raise NotImplementedError
 
 
-@overload(_term)
+@helper_overload(_term)
 def _term_overload(v, mark, p):
     """What a window adds of the element ``v`` (a float64), by the marker's type."""
     kind = mark.dtype
@@ -115,7 +115,7 @@ def _accumulate(dst, lo_buf, i, t):  # pragma: no cover - replaced by the overlo
     raise NotImplementedError
 
 
-@overload(_accumulate)
+@helper_overload(_accumulate)
 def _accumulate_overload(dst, lo_buf, i, t):
     """dst[i] += t; compensated (its rounding error added to lo_buf[i]) unless lo_buf is
     None (a compile-time choice, as for the terms)."""

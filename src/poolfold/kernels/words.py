@@ -15,7 +15,9 @@ import sys
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
+
+from . import helper_overload
 
 _WORD_TYPES = {1: np.uint16, 2: np.uint32, 4: np.uint64}
 
@@ -71,7 +73,7 @@ def element_bits(a):  # pragma: no cover - replaced by the overload inside numba
     raise NotImplementedError
 
 
-@overload(element_bits)
+@helper_overload(element_bits)
 def _element_bits(a):
     """The width in bits of ``a``'s elements, as a compile-time constant: ``8 * a.itemsize``
     is read from the array at run time, and the tiling MaxPool kernel's shifts by it ran
