@@ -277,7 +277,7 @@ def _holds_negative_zero(src, lo, hi):  # pragma: no cover - replaced by the ove
     raise NotImplementedError
 
 
-@helper_overload(_holds_negative_zero, inline="always")
+@helper_overload(_holds_negative_zero)
 def _holds_negative_zero_overload(src, lo, hi):
     """Whether ``src[lo:hi]`` holds a -0.0: one branch-free pass, which LLVM vectorises, over
     the elements' bits (the sign bit alone).  Comparing the values instead (zero, and a
