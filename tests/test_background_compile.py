@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import oracle
-from poolfold.kernels import background
+from poolfold.kernels import background, sharing
 
 POOL = dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])  # overlapping, padded
 SHAPE = (1, 64, 7, 7)  # many small planes: the plane-lanes kernel
@@ -225,7 +225,7 @@ def _hold_lock(kernel, signature):
     two open files conflict within one process too)."""
     import fcntl
 
-    handle = open(background._lock_path(kernel, signature), "w")
+    handle = open(sharing.lock_path(kernel, signature), "w")
     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     return handle
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, types
+from numba import types
 
-from . import helper_overload
+from . import helper_overload, kernel
 
 IDENTITY, RELU, TANH, SIGMOID, LEAKY_RELU, CLIP, HARD_SIGMOID = range(7)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def formula(v, code, params):
     """Activation ``code`` of the float64 ``v`` (comparisons are false for NaN, so NaN stays)."""
     if code == RELU:
@@ -61,7 +61,7 @@ def _activate(v, code, params, table):
     return lambda v, code, params, table: v  # integers take no activation (refused earlier)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def formula_over(values, code, params):
     """:func:`formula` over a float64 array (builds the float16 table)."""
     out = np.empty_like(values)
@@ -70,7 +70,7 @@ def formula_over(values, code, params):
     return out
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def activate_in_place(values, code, params, table, start, stop):
     """:func:`activate` over ``values[start:stop]`` of a flat array (uint16 bits for half
     types), where a kernel could not apply it as it stored."""

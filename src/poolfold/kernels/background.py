@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from . import sharing
+
 if TYPE_CHECKING:  # imported when a compile starts: it is not needed before
     import subprocess
 
@@ -82,7 +84,7 @@ def ready(kernel, args) -> bool:
         signature = signature_of(kernel, args)
     except Exception:  # a type numba cannot read: the call itself will say so
         return True
-    key = (_name(kernel), signature)
+    key = (sharing.name_of(kernel), signature)
     if key in _READY:
         return True
     with _LOCK:
@@ -191,48 +193,23 @@ def _done_elsewhere(job: _Job) -> bool:
 _NO_LOCK = -1
 
 
-def _lock_path(kernel, signature) -> str | None:
-    """The signature's lock file, beside numba's cache of the kernel's module."""
-    import hashlib
-
-    directory = kernel.stats.cache_path  # numba's public stats; None: no on-disk cache
-    if not directory:
-        return None
-    digest = hashlib.sha1(repr((_name(kernel), signature)).encode()).hexdigest()[:20]
-    return os.path.join(directory, f"poolfold-compile-{digest}.lock")
-
-
 def _claim(job: _Job) -> int | None:
-    """The descriptor of the signature's lock file, locked; None if another process holds
-    it; :data:`_NO_LOCK` where there is nothing to lock with."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
+    """The descriptor of the signature's lock file (:mod:`.sharing`'s, which in-process
+    compiles take too), locked; None if another process holds it; :data:`_NO_LOCK` where
+    there is nothing to lock with."""
+    descriptor = sharing.open_lock(job.kernel, job.signature)
+    if descriptor is None:
         return _NO_LOCK
-    path = _lock_path(job.kernel, job.signature)
-    if path is None:
-        return _NO_LOCK
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError:  # a read-only cache: numba will say so on its own
-        return _NO_LOCK
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    if not sharing.try_lock(descriptor):
         os.close(descriptor)
         return None
     return descriptor
 
 
-def _name(kernel) -> tuple[str, str]:
-    return kernel.py_func.__module__, kernel.py_func.__qualname__
-
-
 def _start(job: _Job) -> subprocess.Popen | None:
     import subprocess
 
-    payload = pickle.dumps([(*_name(job.kernel), job.signature)])
+    payload = pickle.dumps([(*sharing.name_of(job.kernel), job.signature)])
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", __name__], stdin=subprocess.PIPE,
@@ -286,7 +263,9 @@ def _compile_from_stdin() -> None:
         kernel = importlib.import_module(module)
         for part in qualname.split("."):
             kernel = getattr(kernel, part)
-        kernel.compile(signature)
+        # numba's own compile: this child holds the signature's lock already (the parent
+        # handed over its descriptor), which sharing's compile would wait for
+        type(kernel).compile(kernel, signature)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,12 @@ MaxPool on the NCHW tensor would: shape ``(N, C, out...)``, values ``(n * C + c)
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from . import kernel
 from .window_max import reported_index
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def nchw_indices(recorded, reported, in_shape, column_major, start, stop):
     """recorded : (N, Q, C) int64, positions in the channels-last planes (-1 for none);
     reported : (N, C, Q) int64, filled with the NCHW positions (row-major or, with

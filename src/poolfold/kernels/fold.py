@@ -10,11 +10,11 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import njit, types
+from numba import types
 
 from ..geometry import row_major_strides
 from ..memory import check_table
-from . import helper, helper_overload
+from . import helper, helper_overload, kernel
 
 from .half import HALF_BITS, as_float32
 from .odometer import next_in_ranges, next_in_shape
@@ -112,7 +112,7 @@ def fold_tables(plan) -> tuple:
             np.int64(step_last))
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def fold(x, out, first, g_lo, g_hi, image_strides, grid_strides, block_shape, dilations,
          column, rows_join, step_last, identity, accumulate, counters, start, stop):
     """``out[p, position(l, k)] += x[p, k, l]`` for every in-image tap of the planes p in

@@ -51,7 +51,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import affinity
+from . import affinity, kernel
 
 ENV = "POOLFOLD_SPIN_US"
 DEFAULT_SPIN_US = 1000
@@ -191,7 +191,7 @@ def _pause(typingctx):
 
 # Two compiled functions in all, for the first threaded call of a process: 0.14 s to
 # compile them with an empty cache, 5 ms to load them from it.
-@njit(cache=True, nogil=True)
+@kernel()
 def _store_and_spin(flags, store_at, stored, index, seen, spins, grace):
     """Store ``stored`` at ``flags[store_at]`` (none where ``store_at`` < 0), then return
     ``flags[index]`` once it is no longer ``seen`` (after ``grace`` more pauses), or
@@ -221,7 +221,7 @@ def publish(flags, call):
         _futex(flags, CALL, _FUTEX_WAKE, _WAKE_ALL)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def publish_call(flags, call):
     """:func:`publish`, for Python."""
     publish(flags, call)
@@ -237,7 +237,7 @@ def _sleep_until_called(flags, seen):
     fetch_add(flags, SLEEPERS, -1)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def serve_calls(flags, worker, seen, spins, grace, sleep_here, sleep_now):
     """A spinning thread's loop: run the native calls published after call ``seen``
     (:mod:`.native_split`) as they come, without the GIL; return the number of the first
@@ -271,7 +271,7 @@ def serve_calls(flags, worker, seen, spins, grace, sleep_here, sleep_now):
         left = spins
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def _spin_until_all(flags, first, count, value, spins):
     """Whether ``flags[first + w*_LINE]`` became ``value`` for every w < count within
     ``spins`` pauses."""

@@ -40,9 +40,9 @@ every shape and table, and sized the slabs and scratch (``setup``).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import types
 
-from . import helper, helper_overload, read_only
+from . import helper, helper_overload, kernel, read_only
 from .folds import (fill, fill_column, fold, fold_column, fold_rows, fold_strided_rows,
                     fold_word_rows, prefix_runs, suffix_runs)
 from .lanes import from_lanes, lane_count, to_lanes
@@ -397,7 +397,7 @@ def _fill_empty(y, indices, p, q0, count, channels, empty_value):
                 indices[p, c * spatial_out + q] = -1
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def max_passes(x, y, indices, words, axes, taps, setup, empty_value, start, stop):
     """Fill ``y`` (and ``indices`` unless None) for the work items ``[start, stop)``.
 

@@ -63,7 +63,7 @@ import math
 import numpy as np
 from numba import njit, types
 
-from . import helper, helper_overload
+from . import helper, helper_overload, kernel
 from .folds import beats
 from .simd import (HOLDS_NAN, HOLDS_ZERO, fold_lanes, fold_strided, fold_vectors,
                    zeros_and_nans)
@@ -417,7 +417,7 @@ def _row_starts(row_at, x_at, q, lead, steps, out_shape, o, j, lead_at, lead_tap
     return rows
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, stop):
     """Fill ``y`` for the work items ``[start, stop)``.
 
@@ -635,7 +635,7 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
                                   last, first_last, lo_last, hi_last, d, signed_zeros)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def max_row_blocks(x, y, axes, taps, lead, setup, empty_value, start, stop):
     """:func:`max_rows` for short channels-first rows, a block of consecutive output rows
     (of one plane or several) at a time.  Fill ``y`` for the blocks ``[start, stop)``.

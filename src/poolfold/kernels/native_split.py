@@ -36,10 +36,11 @@ import hashlib
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from . import kernel
 from .handoff import (ACTIVE, CLAIMS, ENTRY, ERROR, FRAME, HELPERS, OPEN, _load_acquire,
                       _pause, call_entry, fetch_add, load_sequential, publish,
                       store_sequential)
@@ -150,7 +151,7 @@ def _stage(typingctx, frame):
     return result(frame), codegen
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def run_pieces(flags, call, bounds, results, helpers, address, returns, *arguments):
     """Run the kernel at ``address`` over the pieces ``bounds`` on this thread and on
     ``helpers`` spinning threads, as call number ``call``: 1 if a piece raised, else 0.

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import read_only
+from . import kernel, read_only
 from .ordering import is_nan
 from .max_rows import _stride_loop
 from .simd import UNROLL, fold_strided, fold_taps, transpose_tile, vector_width
@@ -97,7 +97,7 @@ def _fold_rows(dst, x_flat, at, count, s, k, d):
         _stride_loop(dst, 0, x_flat, at, count, s, k, d)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def max_plane_lanes(x, y, starts, tap_first, block, row_fold, empty_value, start, stop):
     """Fill planes ``[start*block, stop*block)`` of ``y`` (planes, output size) from ``x``
     (planes, input size), ``block`` planes (a multiple of a vector's lanes) a work item (see
@@ -139,7 +139,7 @@ def max_plane_lanes(x, y, starts, tap_first, block, row_fold, empty_value, start
         _from_lanes(y_flat, p0, count, n_out, lanes_out, block)
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
+@kernel(error_model="numpy")
 def sum_plane_lanes(x, y, axes, taps, axis_inverse, mode, mark, p, block, start, stop):
     """Fill planes ``[start*block, stop*block)`` of ``y`` (planes, output size, in Y's own
     element type) with the window sums of ``x`` (planes, input size), ``block`` planes a work

@@ -8,12 +8,13 @@ flat positions in the block.  This moves them to the tensor: the block's plane p
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from . import kernel
 
 
 # Serial: a chunked MaxPool runs one task per block and its scheduler spreads the tasks over
 # the cores, so a block's renumbering has no cores to share out.
-@njit(cache=True, nogil=True)
+@kernel()
 def renumber(indices, block_shape, origin, shape, plane_base, column_major):
     """In place, per row p of ``indices`` (planes, outputs): a flat position in the block
     (row-major over ``block_shape``, or first-axis-fastest with ``column_major``, planes of

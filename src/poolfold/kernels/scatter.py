@@ -13,12 +13,11 @@ back to a full range check and one ordered pass over the whole tensor.
 
 from __future__ import annotations
 
-from numba import njit
-
+from . import kernel
 from .activation import activate
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def scatter_planes(x, indices, y, fill, act_code, act_params, act_table, start, stop):
     """Per plane (n, c) numbered ``p = n*C + c`` in ``[start, stop)``: ``y[n, c] = fill``, then
     ``y[n, c, s] = activation(x[n, c, i])`` where ``indices[n, c, i]`` is the flat position of
@@ -45,7 +44,7 @@ def scatter_planes(x, indices, y, fill, act_code, act_params, act_table, start, 
     return foreign
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def first_out_of_range(indices, total):
     """Position of the first flat index outside ``[0, total)``, or -1."""
     for i in range(indices.size):
@@ -54,7 +53,7 @@ def first_out_of_range(indices, total):
     return -1
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def scatter_ordered(x, indices, y, act_code, act_params, act_table):
     """``y[position] = activation(x[n, c, i])`` in row-major (n, c, i) order; the indices are
     checked and y already holds the fill value."""

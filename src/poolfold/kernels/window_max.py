@@ -11,9 +11,9 @@ The kernels do not validate; the op layer has checked every shape and table befo
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
+from numba import types
 
-from . import helper, helper_overload, read_only
+from . import helper, helper_overload, kernel, read_only
 
 from .odometer import next_in_ranges, next_in_shape
 from .ordering import is_nan, order_key
@@ -104,7 +104,7 @@ def reported_index(offset, column_major, in_shape, in_strides):
     return index
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def window_max(x, y, indices, first, lo, hi, in_shape, out_shape, kernel, dilations,
                column_major, empty_value, in_strides, window_taps, scratch, start, stop):
     """Fill ``y[p, q]`` (and ``indices[p, q]`` unless ``indices`` is None) for every plane
@@ -668,7 +668,7 @@ def _read_staged_row(dst, staged, row, slot_last, in_order):
             dst[ol] = staged[row + slot_last[ol]]
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def window_max_separable(x, y, indices, first, lo, hi, in_shape, out_shape, kernel, dilations,
                          column_major, empty_value, slab_rows, starts, slot, cut, cut_count,
                          pairs, in_strides, strides, words, start, stop):
@@ -872,7 +872,7 @@ def _then_pair_at(word, shift_even, shift_odd, like, h, h_index, at):
     return (v if take else h), (at + 1 if take else h_index)
 
 
-@njit(cache=True, nogil=True)
+@kernel()
 def window_max_tiles(x, y, indices, in_shape, out_shape, words, start, stop):
     """The contract of :func:`window_max` (row-major indices) for windows that tile the
     input (see above), rank 2 or 3, the last dim even, ``words`` the planes of ``x`` as words

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from . import helper_overload
+from . import helper_overload, kernel
 from .half import HALF_BITS, as_float32, narrow_to
 
 # Rows of the per-axis table (``axes[row, axis]``).
@@ -79,7 +79,7 @@ def _widen(value):
 # zero check per division: numpy's error model, not Python's.
 _helper = njit(cache=True, nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True,
                error_model="numpy")
-_kernel = njit(cache=True, nogil=True, error_model="numpy")
+_kernel = kernel(error_model="numpy")
 
 
 # What a window adds of each element, told to the kernels by the type of a marker array (a
@@ -733,7 +733,7 @@ def plane_sums(x, y, size, mode, transform, mark, p, compensated, start, stop):
         y[i] = narrow_to(value, y)
 
 
-@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+@kernel(error_model="numpy", fastmath={"reassoc"})
 def plane_means(x, y, size, start, stop):
     """GlobalAveragePool over channels-first planes of a type of at most 4 bytes: ``y[i]``
     the mean of the ``size`` elements ``x[i]``, summed in float32 (twice float64's lanes; the
