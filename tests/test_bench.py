@@ -181,8 +181,15 @@ def test_startup_json_shape(monkeypatch):
             wall = 20.0
         return {"wall_s": wall, "cpu_s": wall / 2, "stdout": ""}
 
+    together = []
+
+    def fake_together(commands, env=None):
+        together.append((commands, env))
+        return {"wall_s": 12.0 + len(commands), "cpu_s": 11.0 + 2 * len(commands)}
+
     monkeypatch.setattr(startup, "run_child", fake_child)
     monkeypatch.setattr(startup, "run_command", fake_command)
+    monkeypatch.setattr(startup, "run_commands_together", fake_together)
     result = startup.measure(_args("--startup-case", "maxpool-int8-indices",
                                    "--startup-case", "col2im-float32"))
     json.dumps(result)  # every part can be written as JSON
@@ -209,6 +216,42 @@ def test_startup_json_shape(monkeypatch):
     assert f"0.90 s wall, 0.45 s CPU (median of {startup.STARTUP_ROUNDS})" in text
     assert "+0.05 s beyond it (<= 0.1: ok)" in text
     assert "20.00 s wall, 10.00 s CPU (<= 15: OVER)" in text
+    # one process alone, then TOGETHER_PROCESSES at once, each time with a cache of its own
+    assert [len(commands) for commands, _ in together] == [1, startup.TOGETHER_PROCESSES]
+    assert all(env["NUMBA_CACHE_DIR"] and env["POOLFOLD_BACKGROUND_COMPILE"] == "0"
+               for _, env in together)
+    assert together[0][1]["NUMBA_CACHE_DIR"] != together[1][1]["NUMBA_CACHE_DIR"]
+    n = startup.TOGETHER_PROCESSES
+    assert (result["together"]["together_wall_s"], result["together"]["alone_cpu_s"]) == (
+        12.0 + n, 13.0)
+    assert (f"{n} processes started together with an empty cache" in text
+            and f"{12 + n:.1f} s wall, {11 + 2 * n:.1f} s CPU in all; one process alone: "
+                "13.0 s wall, 13.0 s CPU" in text)
+
+
+def test_commands_started_together_run_at_once_and_their_cpu_adds_up(tmp_path):
+    """Each child waits until every one has started (so one at a time would fail), then
+    burns 0.3 s of CPU; a failing command's last line of errors is reported."""
+    from poolfold.bench.child import run_commands_together
+
+    script = (
+        "import os, sys, time\n"
+        "folder, me, count = sys.argv[1], sys.argv[2], int(sys.argv[3])\n"
+        "open(os.path.join(folder, me), 'w').close()\n"
+        "deadline = time.monotonic() + 60\n"
+        "while len(os.listdir(folder)) < count:\n"
+        "    if time.monotonic() > deadline:\n"
+        "        sys.exit('alone')\n"
+        "    time.sleep(0.01)\n"
+        "while time.process_time() < 0.3:\n"
+        "    pass\n")
+    commands = [[sys.executable, "-c", script, str(tmp_path), str(i), "3"] for i in range(3)]
+    done = run_commands_together(commands)
+    assert "error" not in done, done
+    assert done["cpu_s"] >= 0.9 and done["wall_s"] > 0
+    failed = run_commands_together([[sys.executable, "-c", "print('fine')"],
+                                    [sys.executable, "-c", "raise SystemExit('broken here')"]])
+    assert failed == {"error": "broken here"}
 
 
 def test_first_call_is_measured_in_a_child_with_an_empty_cache():

@@ -59,8 +59,9 @@ check that every case runs.
 --memory and --startup add measurements made in child processes: the peak memory a call
 allocates beyond its outputs; the first-ever call of each op and dtype with an empty numba
 cache (--startup: float32 only; --startup-all: every op, dtype and Indices), the cold start
-of a fresh process once the kernels are cached, beside numba's own start-up, and the
-Quickstart's `poolfold run` with an empty cache."""
+of a fresh process once the kernels are cached, beside numba's own start-up, the
+Quickstart's `poolfold run` with an empty cache, and three processes making the same first
+calls at once with an empty cache, beside one alone."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,8 @@ SECTIONS: tuple[Section, ...] = (
             "also measure poolfold's peak memory beyond its outputs (child processes)"),
     Section("startup", "poolfold.bench.startup",
             "also measure start-up: first calls with an empty numba cache (float32 ops), "
-            "the warm-cache cold start and the Quickstart's `poolfold run` (minutes)"),
+            "the warm-cache cold start, the Quickstart's `poolfold run` and processes "
+            "starting together with an empty cache (minutes)"),
     Section("models", "poolfold.bench.models",
             "also time whole models through poolfold.backend against onnxruntime alone "
             "(--markdown writes its table between <!-- bench:models --> markers)",

@@ -44,6 +44,35 @@ def run_command(command: list[str], env: dict | None = None, unset: tuple = ()) 
     return {"wall_s": wall, "cpu_s": _children_cpu_s() - cpu, "stdout": lines[-1] if lines else ""}
 
 
+def run_commands_together(commands: list[list[str]], env: dict | None = None) -> dict:
+    """Start every one of ``commands`` at once in this environment, updated with ``env``, and
+    wait for them all: the wall seconds until the last one ends and their CPU seconds
+    together (``wall_s``, ``cpu_s``), or ``error`` with the last line of the first failed
+    one's errors."""
+    environment = {**os.environ, **(env or {})}
+    cpu = _children_cpu_s()
+    start = time.perf_counter()
+    running = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True, env=environment) for command in commands]
+    errors = []
+    for process in running:
+        try:
+            _, err = process.communicate(timeout=max(1.0, CHILD_TIMEOUT_S
+                                                     - (time.perf_counter() - start)))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            errors.append(f"timed out after {CHILD_TIMEOUT_S} s")
+            continue
+        if process.returncode != 0:
+            lines = err.strip().splitlines() or [f"exit status {process.returncode}"]
+            errors.append(lines[-1][:110])
+    wall = time.perf_counter() - start
+    if errors:
+        return {"error": errors[0]}
+    return {"wall_s": wall, "cpu_s": _children_cpu_s() - cpu}
+
+
 def run_child(target: str, *args, env: dict | None = None) -> dict:
     """``target`` (``module:function``) called with ``args`` in a child process: its result,
     or ``{"error": ...}``."""

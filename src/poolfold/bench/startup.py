@@ -4,7 +4,9 @@
   (a temporary ``NUMBA_CACHE_DIR``): wall and CPU time, the compile included;
 - a fresh process with a warm cache: importing poolfold and pooling a small tensor, beside
   numba's own floor (importing numba and setting up its target) measured in the same run;
-- the Quickstart's first command, ``poolfold run`` on the bundled model, with an empty cache.
+- the Quickstart's first command, ``poolfold run`` on the bundled model, with an empty cache;
+- processes started together with an empty cache (a dask cluster's workers, a process pool),
+  each making the same first calls, beside one process alone.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from ..console import progress
-from .child import run_child, run_command
+from .child import run_child, run_command, run_commands_together
 from .report import table
 
 STARTUP_ROUNDS = 5  # the cold start is the median of this many fresh processes
@@ -31,6 +33,15 @@ NUMBA_FLOOR_SNIPPET = (
     "cpu_target.target_context.refresh()"
 )
 QUICKSTART = ("poolfold", "run")  # the Quickstart's first command after installing
+# Processes that start together with an empty cache, each making the same first calls
+# (kernels/sharing.py: one of them compiles each kernel, the others load it), every kernel
+# compiled in the processes themselves (no background compile).
+TOGETHER_PROCESSES = 3
+TOGETHER_SNIPPET = (
+    "import poolfold, numpy as np; x = np.ones((2, 8, 20, 20), np.float32); "
+    "poolfold.average_pool(x, [3, 3], pads=[1, 1, 1, 1]); "
+    "poolfold.max_pool(x, [3, 3], strides=[2, 2])"
+)
 
 # What a newcomer should wait at most (wall time; CPU time is shown beside it, steadier on a
 # shared machine): the first call of an op with an empty cache, the Quickstart's first command
@@ -211,6 +222,21 @@ def measure_quickstart() -> dict:
     return {**result, **done}
 
 
+def measure_together(processes: int = TOGETHER_PROCESSES) -> dict:
+    """:data:`TOGETHER_SNIPPET` in one process, then in ``processes`` started at once, each
+    time with an empty numba cache: wall seconds until the last ends, CPU seconds of all."""
+    result = {"command": f'python -c "{TOGETHER_SNIPPET}"', "processes": processes}
+    for key, count in (("alone", 1), ("together", processes)):
+        with tempfile.TemporaryDirectory(prefix="poolfold-bench-numba-") as cache:
+            done = run_commands_together([[sys.executable, "-c", TOGETHER_SNIPPET]] * count,
+                                         env={"NUMBA_CACHE_DIR": cache,
+                                              "POOLFOLD_BACKGROUND_COMPILE": "0"})
+        if "error" in done:
+            return {**result, "error": done["error"]}
+        result[f"{key}_wall_s"], result[f"{key}_cpu_s"] = done["wall_s"], done["cpu_s"]
+    return result
+
+
 def chosen_cases(args) -> list[str]:
     """The first-call cases to measure: ``--startup-case`` ones, all with ``--startup-all``,
     else :data:`DEFAULT_CASES`."""
@@ -220,9 +246,10 @@ def chosen_cases(args) -> list[str]:
 
 
 def measure(args) -> dict:
-    """``--startup``: the first calls, the warm-cache cold start, the Quickstart."""
+    """``--startup``: the first calls, the warm-cache cold start, the Quickstart, processes
+    started together."""
     keys = chosen_cases(args)
-    total = len(keys) + 2
+    total = len(keys) + 3
 
     def tick(done: int) -> None:
         label = f"first call {keys[done]}" if done < len(keys) else "cold start, quickstart"
@@ -234,8 +261,11 @@ def measure(args) -> dict:
     cold_start = measure_cold_start()
     progress(len(keys) + 1, total, "quickstart (compiles)")
     quickstart = measure_quickstart()
+    progress(len(keys) + 2, total, "processes started together (compile)")
+    together = measure_together()
     progress(total, total)
-    return {"first_calls": first_calls, "cold_start": cold_start, "quickstart": quickstart}
+    return {"first_calls": first_calls, "cold_start": cold_start, "quickstart": quickstart,
+            "together": together}
 
 
 def _verdict(seconds: float, limit: float) -> str:
@@ -283,4 +313,18 @@ def summary(startup: dict) -> str:
         lines.append(f"quickstart `{quick['command']}` with an empty cache (a fresh process, "
                      f"compiles included): {quick['wall_s']:.2f} s wall, {quick['cpu_s']:.2f} s CPU "
                      f"(<= {quick['target_s']:g}: {_verdict(quick['wall_s'], quick['target_s'])})")
+    together = startup.get("together")
+    if together is not None:
+        lines.append(together_line(together))
     return "\n".join(lines)
+
+
+def together_line(together: dict) -> str:
+    """The processes started together, beside one alone."""
+    head = (f"{together['processes']} processes started together with an empty cache, each "
+            f"running {together['command']}")
+    if "error" in together:
+        return f"{head}: failed: {together['error']}"
+    return (f"{head}: {together['together_wall_s']:.1f} s wall, "
+            f"{together['together_cpu_s']:.1f} s CPU in all; one process alone: "
+            f"{together['alone_wall_s']:.1f} s wall, {together['alone_cpu_s']:.1f} s CPU")
