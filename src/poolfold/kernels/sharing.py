@@ -14,9 +14,9 @@ a kernel whose compile another compile asks for (the outer one holds its own loc
 by a thread that would wait for another process while it keeps this process's other threads
 from compiling (one of them could hold the lock it waits for).  No process waits longer than
 :data:`WAIT_LIMIT_S`: one stopped while it held the lock leaves the others to compile on
-their own.  Where there is nothing to lock with (no
-``flock``, no on-disk cache, a cache folder that cannot be written), kernels compile as numba
-compiles them.  :mod:`.background` children compile under the same locks.
+their own.  Where there is nothing to lock with (no ``flock``, no on-disk cache, a cache
+folder that cannot be written), kernels compile as numba compiles them.  :mod:`.background`
+children compile under the same locks.
 """
 
 from __future__ import annotations
