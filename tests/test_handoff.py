@@ -112,17 +112,25 @@ def test_parked_threads_sleep_at_once_and_serve_the_next_call():
         ran.append(threading.current_thread().name)
         return [len(ran)]
 
-    pool.run(job, 2)
-    assert pool.sleepers == 0  # spinning for the next call
-    pool.park()
-    deadline = time.monotonic() + 10
-    while pool.sleepers < 2 and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert pool.sleepers == 2
-    assert len(ran) == 3  # the park ran no job
-    results = pool.run(job, 2)
-    assert sorted(r[0] for r in results) == [4, 5, 6]
-    assert len({name for name in ran[3:]}) == 3  # both threads and the caller
+    def park_and_wait_for_sleepers():
+        pool.park()
+        deadline = time.monotonic() + 10
+        while pool.sleepers < 2 and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    try:
+        pool.run(job, 2)
+        assert pool.sleepers == 0  # spinning for the next call
+        park_and_wait_for_sleepers()
+        assert pool.sleepers == 2
+        assert len(ran) == 3  # the park ran no job
+        results = pool.run(job, 2)
+        assert sorted(r[0] for r in results) == [4, 5, 6]
+        assert len({name for name in ran[3:]}) == 3  # both threads and the caller
+    finally:
+        # Left spinning, the two threads would burn a core each for a minute, beside the
+        # tests that run after this one in the same process.
+        park_and_wait_for_sleepers()
 
 
 def test_a_call_while_another_holds_the_threads_is_refused():
