@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from numba.core import event
 
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
@@ -27,6 +29,33 @@ settings.load_profile("poolfold")
 # while a child process compiles the separable MaxPool kernel (test_background_compile.py
 # turns that on where it tests it).  Child processes the tests start inherit this.
 os.environ["POOLFOLD_BACKGROUND_COMPILE"] = "0"
+
+
+class _FreezeAfterCompiles(event.Listener):
+    """After each compile, what is alive leaves the cycle collector's sight.
+
+    numba keeps each signature it compiles alive, its typing and IR with it (about 100,000
+    Python objects), and a compile makes many objects that live as long as it runs, which
+    trigger the collector's full collections: each walks everything alive.  A test worker
+    that had compiled a few dozen kernels spent 40-50 s of the run collecting, nearly all of
+    it in full collections.  ``gc.freeze`` moves the live objects into the generation no
+    collection walks (they are still freed when no longer referenced); the young garbage is
+    collected first, since frozen it would stay."""
+
+    def __init__(self):
+        self.depth = 0
+
+    def on_start(self, ev):
+        self.depth += 1
+
+    def on_end(self, ev):
+        self.depth -= 1
+        if self.depth == 0:
+            gc.collect(1)
+            gc.freeze()
+
+
+event.register("numba:compile", _FreezeAfterCompiles())
 
 
 # The files of the two tests pytest_collection_modifyitems moves to the end.
