@@ -39,8 +39,9 @@ class _FreezeAfterCompiles(event.Listener):
     trigger the collector's full collections: each walks everything alive.  A test worker
     that had compiled a few dozen kernels spent 40-50 s of the run collecting, nearly all of
     it in full collections.  ``gc.freeze`` moves the live objects into the generation no
-    collection walks (they are still freed when no longer referenced); the young garbage is
-    collected first, since frozen it would stay."""
+    collection walks (they are still freed when no longer referenced).  A full collection
+    first frees the compile's own garbage, which frozen would stay (about a gigabyte per
+    process over the run); it walks only what is younger than the last freeze."""
 
     def __init__(self):
         self.depth = 0
@@ -51,7 +52,7 @@ class _FreezeAfterCompiles(event.Listener):
     def on_end(self, ev):
         self.depth -= 1
         if self.depth == 0:
-            gc.collect(1)
+            gc.collect()
             gc.freeze()
 
 
