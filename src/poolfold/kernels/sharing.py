@@ -2,12 +2,13 @@
 
 numba compiles a kernel's signature in every process that calls it before it is in numba's
 disk cache: the workers of a dask cluster on one machine, a pool of processes or the test
-suite's workers (processes that share a cache folder), started at once, each spend the same seconds of a core on the same kernel (a MaxPool kernel
-takes 8-15 s) and write the same cache entry.  Here a process about to compile a signature
-first takes that signature's lock file beside numba's cache (``flock``, released however the
-process ends).  A process that finds the lock held waits for it, then compiles as numba does:
-numba looks in its cache first, where the other process has just put the kernel, and loads
-it in a fraction of a second.  One core compiles; the others are free meanwhile.
+suite's workers (processes that share a cache folder), started at once, each spend the same
+seconds of a core on the same kernel (a MaxPool kernel takes 8-15 s) and write the same
+cache entry. Here a process about to compile a signature first takes that signature's lock
+file beside numba's cache (``flock``, released however the process ends). A process that
+finds the lock held waits for it, then compiles as numba does: numba looks in its cache
+first, where the other process has just put the kernel, and loads it in a fraction of a
+second. One core compiles; the others are free meanwhile.
 
 The lock is taken only where the calling thread does not hold numba's compiler lock: not for
 a kernel whose compile another compile asks for (the outer one holds its own lock), and never
