@@ -501,15 +501,15 @@ def test_large_sizes_against_oracle(shape, kernel, kw, dtype):
 
 # Each kernel forced (poolfold.ops.max_pool.forced_kernel) on the small cases the oracle can
 # afford; tests/test_max_pool_kernels.py goes further per kernel.
-KERNEL_PATHS = ["direct", "passes", "separable", "rows", "row_blocks", "plane_lanes"]
+KERNEL_PATHS = ["direct", "passes", "separable", "rows", "row_blocks", "lines", "plane_lanes"]
 
 
 @pytest.mark.parametrize("path", KERNEL_PATHS)
 @settings(max_examples=120)
 @given(data=st.data())
 def test_each_kernel_path_matches_oracle(path, data):
-    from poolfold.ops.max_pool import (choose_kernel, forced_kernel, plane_lanes_fit,
-                                       resolve_plan, row_blocks_fit)
+    from poolfold.ops.max_pool import (choose_kernel, forced_kernel, lines_fit,
+                                       plane_lanes_fit, resolve_plan, row_blocks_fit)
 
     case = data.draw(pool_cases(rank=data.draw(st.sampled_from([1, 2, 2, 3, 3, 4]))))
     with forced_kernel(path) as override:
@@ -529,6 +529,7 @@ def test_each_kernel_path_matches_oracle(path, data):
     takes = {"direct": True, "passes": True, "separable": False,
              "rows": not case.return_indices,
              "row_blocks": not case.return_indices and row_blocks_fit(plan),
+             "lines": not case.return_indices and lines_fit(plan),
              "plane_lanes": not case.return_indices and plane_lanes_fit(
                  plan, case.x.dtype.itemsize)}[path]
     if takes and min(plan.in_shape) > 0:

@@ -26,8 +26,8 @@ from kernel_types import kernel_types
 import poolfold
 from poolfold.kernels import max_rows as rows_module
 from poolfold.ops import max_pool as max_pool_module
-from poolfold.ops.max_pool import (DIRECT, PASSES, PLANE_LANES, ROW_BLOCKS, ROWS, SEPARABLE,
-                                   TILES, forced_kernel)
+from poolfold.ops.max_pool import (DIRECT, LINES, PASSES, PLANE_LANES, ROW_BLOCKS, ROWS,
+                                   SEPARABLE, TILES, forced_kernel)
 
 DTYPES = [np.dtype(t) for t in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16,
                                 np.int8, np.uint8)]
@@ -37,7 +37,7 @@ GENERAL = [PASSES, DIRECT]
 # ...and the kernel that pools any channels-first plan without Indices.
 PLAIN = [ROWS]
 # The kernels that pool without Indices only.
-WITHOUT_INDICES = (ROWS, ROW_BLOCKS, PLANE_LANES)
+WITHOUT_INDICES = (ROWS, ROW_BLOCKS, LINES, PLANE_LANES)
 
 
 @contextlib.contextmanager
@@ -211,6 +211,45 @@ def check_row_blocks(x, kernel_shape, **attributes):
     if fits:
         check(ROW_BLOCKS, x, kernel_shape, channels_last=True, **attributes)
     check_or_fallback(ROW_BLOCKS, fits, x, kernel_shape, **attributes)
+
+
+@settings(max_examples=150)
+@given(call=calls())
+def test_lines_forced_match_oracle(call):
+    """The line kernel on every plan it takes (ranks 1-4, one stream per work item or a
+    fold per row, cut and empty windows, strides 1-4 and beyond, -0.0 beside +0.0 and NaN
+    anywhere in a window), and elsewhere forcing it falls back."""
+    x, kernel_shape, attributes = call
+    fits = max_pool_module.lines_fit(plan_of(x, kernel_shape, attributes))
+    check_or_fallback(LINES, fits, x, kernel_shape, **attributes)
+
+
+@pytest.mark.parametrize("shape,kernel_shape,attributes", [
+    # one stream per item (rows a whole number of strides long), cut windows at both ends
+    ((1, 3, 14, 12), [3, 3], dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 2, 11, 10), [3, 3], dict(strides=[2, 2], ceil_mode=True)),
+    # a fold per row: rows not a whole number of strides long
+    ((2, 2, 9, 11), [3, 2], dict(strides=[2, 2], pads=[0, 1, 0, 1])),
+    # strides beyond the vector folds' literals, dilation, windows wholly in the padding
+    ((1, 2, 12, 17), [2, 3], dict(strides=[3, 5], dilations=[2, 2], pads=[3, 4, 3, 4])),
+    # 3-D, the leading taps two axes deep; 1-D
+    ((1, 2, 5, 6, 8), [2, 3, 2], dict(strides=[1, 2, 2], pads=[1, 1, 0, 1, 1, 0])),
+    ((2, 3, 20), [3], dict(strides=[2], pads=[2, 2])),
+])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: t.name)
+def test_lines_hand_picked_match_oracle(shape, kernel_shape, attributes, dtype):
+    check(LINES, values(np.random.default_rng(3), shape, dtype), kernel_shape, **attributes)
+
+
+def test_lines_cut_planes_into_runs_of_first_axis_outputs():
+    """Few large planes: each plane's first-axis outputs are cut into runs the threads
+    share, each run's folded rows within the kernel's scratch bound; the runs meet
+    seamlessly."""
+    x = values(np.random.default_rng(4), (1, 1, 300, 64), np.dtype(np.float32))
+    plan = plan_of(x, [3, 3], dict(strides=[1, 1], pads=[1, 1, 1, 1]))
+    tables = max_pool_module.lines_tables("MaxPool-22", plan, 1, 4, 2)
+    assert tables.items > 1
+    check(LINES, x, [3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
 
 
 @settings(max_examples=150)
@@ -522,7 +561,7 @@ def test_a_forced_kernel_that_cannot_pool_the_plan_falls_back_and_says_so():
     x = np.arange(3 * 7 * 40, dtype=np.float32).reshape(1, 3, 7, 40)
     with forced_kernel(TILES) as override:
         poolfold.max_pool(x, [3, 3])
-    assert override.ran == [PASSES]
+    assert override.ran == [LINES]  # the kernel the call takes unforced
     plan = max_pool_module.resolve_plan(
         poolfold.schema.resolve("MaxPool", None), x.shape, [3, 3], None, None, None,
         "NOTSET", False)
@@ -546,18 +585,27 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([7, 7], [1, 1], itemsize=8, shape=wide) == ROWS
     assert chosen([7, 7], [1, 1], itemsize=2, shape=wide) == PASSES  # ...but for half types
     assert chosen([5, 5], [3, 3], by_rows=False) not in WITHOUT_INDICES  # Indices
-    assert chosen([3, 3], [1, 1]) == PASSES  # short windows at stride 1
-    # ...but for rows of at most 112 bytes in 2-D (Inception's late pools), 32 in 3-D
-    assert chosen([3, 3], [1, 1], shape=(1, 832, 7, 7)) == ROW_BLOCKS
-    assert chosen([3, 3], [1, 1], shape=(1, 2, 28, 28)) == ROW_BLOCKS
-    assert chosen([3, 3], [1, 1], shape=(1, 2, 14, 14), itemsize=8) == ROW_BLOCKS
-    assert chosen([3, 3], [1, 1], shape=(1, 2, 15, 15), itemsize=8) == PASSES
+    # 2-D windows of 2 or 3 taps an axis at strides 1 and 2, 4- and 8-byte types: the lines,
+    # whatever the rows' length
+    assert chosen([3, 3], [1, 1]) == LINES
+    assert chosen([3, 3], [1, 1], shape=(1, 832, 7, 7)) == LINES
+    assert chosen([3, 3], [1, 1], shape=(1, 2, 15, 15), itemsize=8) == LINES
+    assert chosen([3, 3], [2, 2], shape=wide) == LINES
+    assert chosen([3, 3], [2, 2]) == LINES
+    assert chosen([2, 2], [2, 2]) == LINES
+    assert chosen([2, 2], [2, 2], shape=wide) == LINES
+    assert chosen([3, 3], [2, 2], shape=(1, 2, 31, 31)) == ROW_BLOCKS  # ...not rows of 31
+    assert chosen([3, 3], [3, 3]) == ROW_BLOCKS  # ...nor at stride 3
+    assert chosen([4, 4], [2, 2]) == ROW_BLOCKS  # ...nor windows of 4
+    # short windows at stride 1 elsewhere: the passes, but for rows of at most 112 bytes in
+    # 2-D, 32 in 3-D
+    assert chosen([3, 3], [1, 1], shape=(1, 2, 28, 28), itemsize=2) == ROW_BLOCKS
     assert chosen([3, 3, 3], [1, 1, 1], shape=(1, 2, 7, 7, 8)) == ROW_BLOCKS
     assert chosen([3], [1], shape=(1, 2, 7)) == PASSES  # 1-D: the passes
     assert chosen([3, 3], [1, 1], itemsize=2) == ROW_BLOCKS  # ...but for the narrow types
     assert chosen([3, 3], [1, 1], itemsize=1) == ROW_BLOCKS
-    assert chosen([3, 3], [2, 2], shape=wide) == ROWS  # a last axis at stride 2
-    assert chosen([3, 3], [2, 2]) == ROW_BLOCKS
+    assert chosen([3, 3], [2, 2], shape=wide, itemsize=2) == ROWS  # a last axis at stride 2
+    assert chosen([3, 3], [2, 2], itemsize=2) == ROW_BLOCKS
     assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 9, 9)) == ROW_BLOCKS
     assert chosen([17, 1], [1, 1]) == PASSES  # each output row would fold 17 rows
     assert chosen([17, 3], [2, 2], itemsize=2) == PASSES
@@ -576,9 +624,10 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
         WITHOUT_INDICES  # uint8, long rows: not the row kernel
     assert chosen([3, 3, 3], [1, 1, 1], shape=(1, 2, 9, 9, 9)) not in WITHOUT_INDICES
     assert chosen([3, 3, 3], [1, 1, 1], shape=(1, 2, 9, 9, 9), itemsize=1) == PASSES
-    assert chosen([2, 2], [2, 2]) == ROW_BLOCKS  # the tiles: slower without Indices
-    assert chosen([2, 2], [2, 2], itemsize=2) == ROW_BLOCKS
-    assert chosen([2, 2], [2, 2], shape=wide) == TILES  # ...but over rows too long for blocks
+    assert chosen([2, 2], [2, 2], itemsize=2) == ROW_BLOCKS  # the tiles: slower without
+    # Indices
+    assert chosen([2, 2], [2, 2], shape=wide, itemsize=2) == TILES  # ...but over rows too
+    # long for blocks
     assert chosen([2, 2], [2, 2], itemsize=2, by_rows=False) == TILES  # Indices
     assert chosen([21, 21], [1, 1]) == PASSES  # long windows: van Herk runs
     assert chosen([31], [1], shape=(1, 2, 300)) == ROWS

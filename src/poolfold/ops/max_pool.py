@@ -18,6 +18,7 @@ from ..kernels.max_passes import (AXIS_ROWS, CHANNELS, COLUMN_MAJOR, ITEMS_PER_P
                                   LANE_CAPACITY, LANE_OUTPUTS, LANES, LAST_MODE,
                                   PLANES_PER_ITEM, ROWS_PER_ITEM, RUN_CAPACITY, SETUP_SIZE,
                                   SHIFTED, STAGE_CAPACITY, VAN_HERK, WORDS, max_passes)
+from ..kernels import max_lines as lines
 from ..kernels import max_rows as rows
 from ..kernels.native_split import Crew
 from ..kernels.plane_lanes import block_planes, max_plane_lanes
@@ -263,9 +264,9 @@ def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_byte
 
 
 # The kernels MaxPool chooses from (:func:`choose_kernel`), by the names tests force them by.
-TILES, ROWS, ROW_BLOCKS, PLANE_LANES, PASSES, SEPARABLE, DIRECT = (
-    "tiles", "rows", "row_blocks", "plane_lanes", "passes", "separable", "direct")
-KERNELS = (TILES, ROWS, ROW_BLOCKS, PLANE_LANES, PASSES, SEPARABLE, DIRECT)
+TILES, ROWS, ROW_BLOCKS, LINES, PLANE_LANES, PASSES, SEPARABLE, DIRECT = (
+    "tiles", "rows", "row_blocks", "lines", "plane_lanes", "passes", "separable", "direct")
+KERNELS = (TILES, ROWS, ROW_BLOCKS, LINES, PLANE_LANES, PASSES, SEPARABLE, DIRECT)
 
 
 @functools.lru_cache(maxsize=512)
@@ -281,6 +282,9 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
       of a float type, a block of planes at a time as the lanes of vectors
       (:func:`_plane_lanes_win`).
 
+    - ``lines`` (``max_lines``): 2-D channels-first planes without Indices, short windows
+      along rows a stride divides, every row folded along the last axis first as one stream
+      (:func:`_lines_win`).
     - ``row_blocks`` (``max_row_blocks``): channels-first planes without Indices whose rows
       are short (:func:`row_blocks_fit`), a block of rows reduced along the last axis in one
       loop, where it was measured faster (:func:`_row_blocks_win`).  Short 1-D rows it does
@@ -310,6 +314,8 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
         return DIRECT, prefix + "a 0-size axis: every window is empty"
     if by_rows and lanes == 1 and _plane_lanes_win(plan, itemsize, planes):
         return PLANE_LANES, prefix + "small planes without Indices, many at once as lanes"
+    if by_rows and lanes == 1 and _lines_win(plan, itemsize):
+        return LINES, prefix + "2-D rows without Indices, folded along the last axis first"
     blocks = by_rows and lanes == 1 and row_blocks_fit(plan)
     if blocks and _row_blocks_win(plan, itemsize):
         return ROW_BLOCKS, prefix + "short rows without Indices, a block of them at a time"
@@ -612,6 +618,10 @@ def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int
     if kernel == ROW_BLOCKS and not row_blocks_fit(plan):
         return (f"a last-axis window of {LADDER_TAPS} taps or more, rows longer than "
                 f"{ROW_BLOCK_PITCH} elements, or no window reaching an input column")
+    if kernel == LINES and (not by_rows or lanes > 1):
+        return "Indices, or channels-last samples"
+    if kernel == LINES and not lines_fit(plan):
+        return f"a 0-size axis, or a last-axis window of more than {LINES_MOST_TAPS} taps"
     if kernel == PLANE_LANES and (not by_rows or lanes > 1):
         return "Indices, or channels-last samples"
     if kernel == PLANE_LANES and not plane_lanes_fit(plan, itemsize):
@@ -896,6 +906,132 @@ def _rows_tables(axes, taps, lead, setup, items: int) -> RowsTables:
     return RowsTables(axes, tap_table, lead, setup, items, long_windows)
 
 
+# The most bytes of a work item's folded rows (``max_lines``'s ``lines``): a plane's share
+# stays in the core's own cache between the two steps.
+LINES_BYTES = 64 * 1024
+# The longest last-axis window ``max_lines`` folds tap by tap (longer ones go by runs).
+LINES_MOST_TAPS = 8
+# The most (output row, leading tap) pairs its table is built from.
+LINES_MOST_PAIRS = 2**20
+
+
+def lines_stream(plan: WindowPlan) -> bool:
+    """Whether ``max_lines`` folds a work item's rows along the last axis as one strided
+    stream: where a row is a whole number of strides long, and that many outputs hold the
+    row's own."""
+    n, s = plan.in_shape[-1], plan.strides[-1]
+    return n % s == 0 and n // s >= plan.out_shape[-1]
+
+
+def _lines_win(plan: WindowPlan, itemsize: int) -> bool:
+    """Where ``max_lines`` was measured faster than the kernel chosen before it (row blocks,
+    rows or passes; new time over old, one thread and two, float32 unless named): 2-D
+    windows of 2 or 3 taps an axis, at strides 1 and 2 along rows a stream takes.
+    3x3 at stride 2 over (1,64,56,56) 0.81 and 0.76, over (8,64,112,112) 0.89 and 0.77, a
+    ReLU's output 0.73 and 0.73, with ceil_mode over (1,256,54,54) 0.69 and 0.82, over
+    (32,64,56,56) 0.80 and 0.81, float64 0.55 and 0.61; 3x3 at stride 1 over
+    (8,64,112,112) 0.81 and 0.84, dilated 0.68-0.86; 2x2 at stride 2 0.80-0.95.  Not:
+    rows a stream cannot take (3x3 at stride 2 over 55 columns: 4.3 and 4.1, a fold per
+    row), windows of 4 taps or more (4x4 at stride 2 0.78 and 1.12, 7x7 1.07 and 1.15, 8x8
+    at stride 8 1.32 and 1.23), strides of 3 (0.98 and 1.30), float16 and bfloat16 (1.40-1.47
+    and 1.04-1.20 over (8,64,112,112)), 1-byte types (int8 0.68-1.07, uint8 0.92-1.04), 3-D
+    (2x2x2 at stride 2 over (2,32,64,64,64) 1.23 and 1.29; 3x3x3 0.94 and 1.10)."""
+    return (plan.rank == 2 and itemsize >= 4 and max(plan.kernel) <= 3
+            and plan.strides[-1] <= 2 and lines_stream(plan) and lines_fit(plan))
+
+
+def lines_fit(plan: WindowPlan) -> bool:
+    """Whether ``max_lines`` can pool the plan's channels-first planes: some input element,
+    a last-axis window of at most LINES_MOST_TAPS taps (each output folds every tap of its
+    window: a long window costs it a comparison per tap, where the passes' running maxima
+    cost three an element), and at most LINES_MOST_PAIRS (output row, leading tap) pairs."""
+    return (min(plan.in_shape) > 0 and plan.kernel[-1] <= LINES_MOST_TAPS
+            and _leading_outputs(plan) * math.prod(plan.kernel[:-1]) <= LINES_MOST_PAIRS)
+
+
+class LinesTables(NamedTuple):
+    """``max_lines``'s tables for one plan and plane count (see
+    :mod:`poolfold.kernels.max_lines`); ``items`` is how many work items the call is cut
+    into."""
+
+    dims: np.ndarray
+    first: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    setup: np.ndarray
+    runs: np.ndarray
+    lead_first: np.ndarray
+    lead_starts: np.ndarray
+    items: int
+
+
+@functools.lru_cache(maxsize=256)
+def lines_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
+                 parts: int) -> LinesTables:
+    """Compute and bound ``max_lines``'s tables and scratch for ``planes`` channels-first
+    planes cut into work items for ``parts`` threads: runs of output rows under runs of
+    outputs along the first axis, as long as keeps a run's folded rows within LINES_BYTES,
+    and enough runs for every thread's pieces where the planes are few."""
+    last = plan.rank - 1
+    n, out, k = plan.in_shape[last], plan.out_shape[last], plan.kernel[last]
+    s = plan.strides[last]
+    taps = plan.taps
+    dims = np.array([plan.in_shape, plan.out_shape, plan.kernel, plan.strides,
+                     plan.dilations], np.int64)
+    # the last axis's outputs whose windows lie inside the row: a run, since their first
+    # taps grow with the output
+    whole = np.flatnonzero((taps.lo[last, :out] == 0) & (taps.hi[last, :out] == k))
+    inner_lo, inner_hi = (int(whole[0]), int(whole[-1]) + 1) if whole.size else (0, 0)
+    # one stream over a run of rows where each row is a whole number of strides long that
+    # holds the row's outputs: row r's output j then lies r*pitch + j along the stream
+    stream = lines_stream(plan)
+    pitch = n // s if stream else out
+    # each output row's input rows (over the leading axes), in window order
+    if last == 0:
+        row_first, rows_read = np.array([0, 1], np.int64), np.zeros(1, np.int64)
+    else:
+        leading = WindowPlan(plan.in_shape[:last], plan.kernel[:last], plan.strides[:last],
+                             plan.dilations[:last], plan.pad_begin[:last],
+                             plan.pad_end[:last], plan.out_shape[:last], plan.label)
+        rows_read, row_first = plane_lanes_tables(leading, 1)
+    out_rows = _leading_outputs(plan)
+    under = out_rows // (plan.out_shape[0] if last > 0 else 1)  # output rows a first-axis
+    first_out = out_rows // under                                 # output spans
+
+    def runs_of(chunk: int) -> np.ndarray:
+        """Per run of ``chunk`` first-axis outputs: its output rows and the input rows they
+        read ([lo, hi), none for windows wholly in the padding)."""
+        bounds = np.arange(0, first_out + chunk, chunk).clip(max=first_out) * under
+        runs = np.zeros((len(bounds) - 1, 4), np.int64)
+        runs[:, 0], runs[:, 1] = bounds[:-1], bounds[1:]
+        for r, (g_lo, g_hi) in enumerate(runs[:, :2]):
+            read = rows_read[row_first[g_lo]:row_first[g_hi]]
+            if read.size:
+                runs[r, 2:] = read.min(), read.max() + 1
+        return runs
+
+    chunk = first_out
+    runs = runs_of(chunk)
+    while chunk > 1 and np.max(runs[:, 3] - runs[:, 2]) * pitch * itemsize > LINES_BYTES:
+        chunk = -(-chunk // 2)
+        runs = runs_of(chunk)
+    if parts > 1 and planes * len(runs) < parts * PIECES_PER_THREAD:
+        chunk = max(1, min(chunk, first_out * planes // (parts * PIECES_PER_THREAD)))
+        runs = runs_of(chunk)
+    most_rows = max(1, int(np.max(runs[:, 3] - runs[:, 2])))
+    check_table(label, "the line kernel's scratch", (most_rows * pitch,), np.dtype("V8"))
+    # each output row's reads as offsets into its run's lines
+    run_of_row = np.repeat(np.arange(len(runs)), (runs[:, 1] - runs[:, 0]))
+    lead_starts = (rows_read - np.repeat(runs[run_of_row, 2], np.diff(row_first))) * pitch
+    setup = np.zeros(lines.SETUP_SIZE, np.int64)
+    setup[[lines.PITCH, lines.STREAM, lines.INNER_LO, lines.INNER_HI, lines.MOST_ROWS]] = (
+        pitch, stream, inner_lo, inner_hi, most_rows)
+    tables = (dims, taps.first, taps.lo, taps.hi, setup, runs, row_first, lead_starts)
+    for array in tables:
+        array.flags.writeable = False
+    return LinesTables(*tables, planes * len(runs))
+
+
 def _edges_scan(plan: WindowPlan) -> bool:
     """Whether ``max_rows`` finds the cut windows of the last axis by running maxima from
     each end of a row (``_edge_scans``): at dilation 1, with the cut windows before the uncut
@@ -1044,7 +1180,12 @@ class _PoolLaunch:
         self.separable = None
         self.rows = None
         self.lanes = None
-        if self.kernel == PLANE_LANES:
+        self.lines = None
+        if self.kernel == LINES and self.planes > 0:
+            self.lines = lines_tables(label, plan, self.planes, dtype.itemsize,
+                                      split_parts(self.planes, work, threads))
+            self.parts = split_parts(self.lines.items, work, threads)
+        elif self.kernel == PLANE_LANES:
             block = block_planes(self.value_type, self.planes, threads)
             tapped, row_fold = plane_lanes_row_fold(plan)
             self.lanes = (*plane_lanes_tables(tapped, block), block, row_fold,
@@ -1133,6 +1274,15 @@ class _PoolLaunch:
                          self.tables[-1])
             if self.ready or self._ready(rows.max_row_blocks, arguments):
                 launch_split(rows.max_row_blocks, tables.items, *arguments, parts=self.parts,
+                             work=self.work, crew=self.crew)
+            else:
+                kernel = self._stand_in(xs, ys, index_rows)
+        elif kernel == LINES:
+            tables = self.lines
+            arguments = (xs, ys, tables.dims, tables.first, tables.lo, tables.hi, tables.setup,
+                         tables.runs, tables.lead_first, tables.lead_starts, self.tables[-1])
+            if self.ready or self._ready(lines.max_lines, arguments):
+                launch_split(lines.max_lines, tables.items, *arguments, parts=self.parts,
                              work=self.work, crew=self.crew)
             else:
                 kernel = self._stand_in(xs, ys, index_rows)
