@@ -13,14 +13,15 @@ order, and so screen every block for -0.0.)  The first NaN wins the same way.
    strided stream (:func:`poolfold.kernels.simd.fold_strided`, a shuffle picking every s-th
    element of consecutive loads), the windows that straddle two rows computed and then
    written over; else one fold per row.  The windows the padding or a ceil-mode end cuts
-   (a few at each end of a row) are folded element by element over their in-bounds taps.
+   (a few at each end of a row) are folded over their in-bounds taps, tap by tap over the
+   rows.
 2. **Along the leading axes**: each output row is the first maximum, in window order, of
    the ``lines`` rows its window's in-bounds leading taps read
    (:func:`poolfold.kernels.simd.fold_vectors`, whole rows in vectors), written into Y.
 
 A row of 28 outputs is shorter than most vectorised loops' turn; the stream folds a whole
-plane of them at once (3x3 at stride 2 over (1,64,56,56), one thread: 33 us, where folding
-the leading axes first took 55 and onnxruntime 47).
+plane of them at once (3x3 at stride 2 over (1,64,56,56), one thread: 39 us, where the row
+blocks, folding the leading axes first, took 55 and onnxruntime 47).
 
 A work item is a plane's run of output rows: the rows under a run of outputs along the
 first axis (a whole plane where its folded rows fit the core's cache and the planes are
@@ -53,8 +54,8 @@ def _fold_row_run(dst, to, src, at, count, s, k, d):
     i < ``count``: in vectors at strides 1 to 4 (each a literal), else the row kernels' loop.
     The common windows (2 and 3 taps at strides 1 and 2, no dilation) pass every number as a
     literal: LLVM then unrolls the taps and shares their loads (3x3 at stride 2 over
-    (1,64,56,56), one thread: 34 us, where the same fold with the taps and dilation in
-    registers took 58)."""
+    (1,64,56,56), one thread: the kernel took 58-69 us with the taps and dilation in
+    registers, 52 with literals, measured before the cut windows went row by row)."""
     if d == 1 and k == 3 and s == 2:
         fold_strided(dst, to, src, at, count, 2, 3, 1)
     elif d == 1 and k == 3 and s == 1:
@@ -81,7 +82,7 @@ def _fold_cut(dst, to, pitch, src, at, n, rows, lo, hi, d, empty_value):
     ``src[at + r*n + t*d]`` over taps ``[lo, hi)``, or ``empty_value`` where there is none
     (a window wholly in the padding): one cut window of every row, tap by tap over the rows,
     whose loads then overlap (a row at a time waited on each comparison: 3x3 at stride 2
-    over (1,64,56,56), one thread, spent 16 us on its 3584 cut windows, against 7 so)."""
+    over (1,64,56,56), one thread, spent 16 us on its 3584 cut windows, about 3 so)."""
     u = np.uint64
     if hi <= lo:
         for r in range(rows):
