@@ -38,7 +38,7 @@ from numba import njit
 
 from . import kernel
 from .folds import beats
-from .max_rows import _stride_loop
+from .max_rows import fold_at_stride
 from .simd import fold_strided, fold_vectors
 
 # Rows of ``dims`` (one column per spatial axis).
@@ -51,8 +51,8 @@ SETUP_SIZE = 5
 @njit(inline="always")
 def _fold_row_run(dst, to, src, at, count, s, k, d):
     """``dst[to + i]`` = the first maximum of ``src[at + i*s + t*d]`` over t < ``k``, for
-    i < ``count``: in vectors at strides 1 to 4 (each a literal), else the row kernels' loop.
-    The common windows (2 and 3 taps at strides 1 and 2, no dilation) pass every number as a
+    i < ``count``, as :func:`poolfold.kernels.max_rows.fold_at_stride` folds it.  The common
+    windows (2 and 3 taps at strides 1 and 2, no dilation) pass every number as a
     literal: LLVM then unrolls the taps and shares their loads (3x3 at stride 2 over
     (1,64,56,56), one thread: the kernel took 58-69 us with the taps and dilation in
     registers, 52 with literals, measured before the cut windows went row by row)."""
@@ -64,16 +64,8 @@ def _fold_row_run(dst, to, src, at, count, s, k, d):
         fold_strided(dst, to, src, at, count, 2, 2, 1)
     elif d == 1 and k == 2 and s == 1:
         fold_strided(dst, to, src, at, count, 1, 2, 1)
-    elif s == 1:
-        fold_strided(dst, to, src, at, count, 1, k, d)
-    elif s == 2:
-        fold_strided(dst, to, src, at, count, 2, k, d)
-    elif s == 3:
-        fold_strided(dst, to, src, at, count, 3, k, d)
-    elif s == 4:
-        fold_strided(dst, to, src, at, count, 4, k, d)
     else:
-        _stride_loop(dst, to, src, at, count, s, k, d)
+        fold_at_stride(dst, to, src, at, count, s, k, d)
 
 
 @njit(inline="always")

@@ -111,6 +111,23 @@ def _stride_loop(dst, to, src, e, count, s, k, d):
 
 
 @njit(inline="always")
+def fold_at_stride(dst, to, src, at, count, s, k, d):
+    """``dst[to + i]`` = the first maximum of ``src[at + i*s + t*d]`` over taps t < ``k``,
+    for i < ``count``: :func:`poolfold.kernels.simd.fold_strided` at strides 1 to 4 (a
+    loop per stride, LLVM told it as a constant), else :func:`_stride_loop`."""
+    if s == 1:
+        fold_strided(dst, to, src, at, count, 1, k, d)
+    elif s == 2:
+        fold_strided(dst, to, src, at, count, 2, k, d)
+    elif s == 3:
+        fold_strided(dst, to, src, at, count, 3, k, d)
+    elif s == 4:
+        fold_strided(dst, to, src, at, count, 4, k, d)
+    else:
+        _stride_loop(dst, to, src, at, count, s, k, d)
+
+
+@njit(inline="always")
 def _cut_window(dst, to, src, at, taps, d, empty_value):
     """``dst[to]`` = the first maximum of ``src[at + t*d]`` over taps t < ``taps`` (a window
     the padding cuts), or ``empty_value`` for a window of no tap."""
@@ -554,7 +571,10 @@ def max_rows(x, y, axes, taps, lead, setup, empty_value, long_windows, start, st
                 if count > 0 and not laddered:
                     at = e + first_last[uncut_lo] * lanes
                     where = to + uncut_lo * lanes
-                    # A loop per stride LLVM is told as a constant.
+                    # A loop per stride LLVM is told as a constant (fold_at_stride's, but
+                    # for stride 1, where a channels-last sample's lanes ride along each
+                    # tap: calling it for the other strides added a dead stride-1 fold,
+                    # 1.2 s more to each compile).
                     if s == 1:
                         fold_strided(y_flat, where, src, at, count * lanes, 1, k, d * lanes)
                     elif s == 2:
@@ -757,17 +777,7 @@ def max_row_blocks(x, y, axes, taps, lead, setup, empty_value, start, stop):
         dst = y_flat if in_place else staged
         where = g0 * out if in_place else 0
         count = (g1 - g0 - 1) * out_pitch + out
-        # a loop per stride LLVM is told as a constant, as in max_rows
-        if s == 1:
-            fold_strided(dst, where, folded, 0, count, 1, k, d)
-        elif s == 2:
-            fold_strided(dst, where, folded, 0, count, 2, k, d)
-        elif s == 3:
-            fold_strided(dst, where, folded, 0, count, 3, k, d)
-        elif s == 4:
-            fold_strided(dst, where, folded, 0, count, 4, k, d)
-        else:
-            _stride_loop(dst, where, folded, 0, count, s, k, d)
+        fold_at_stride(dst, where, folded, 0, count, s, k, d)
         if not in_place:  # each staged row copied as a fold of one tap: in vectors
             for b in range(g1 - g0):
                 one[0] = b * out_pitch

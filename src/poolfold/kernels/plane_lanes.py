@@ -34,8 +34,8 @@ from numba import njit
 
 from . import kernel, read_only
 from .ordering import is_nan
-from .max_rows import _stride_loop
-from .simd import UNROLL, fold_strided, fold_taps, transpose_tile, vector_width
+from .max_rows import fold_at_stride
+from .simd import UNROLL, fold_taps, transpose_tile, vector_width
 from .window_rows import window_rows
 from .window_sum import OUT
 
@@ -82,21 +82,6 @@ def _from_lanes(y_flat, p0, planes, n_out, lanes, block):
                 y_flat[(p0 + lane) * n_out + o] = lanes[o * block + lane]
 
 
-@njit(inline="always")
-def _fold_rows(dst, x_flat, at, count, s, k, d):
-    """``dst[i]`` = the first maximum of ``x_flat[at + i*s + t*d]`` over t < ``k``, for i <
-    ``count``: in vectors at strides 2 to 4 (each a literal), else the row kernels' loop for
-    other strides."""
-    if s == 2:
-        fold_strided(dst, 0, x_flat, at, count, 2, k, d)
-    elif s == 3:
-        fold_strided(dst, 0, x_flat, at, count, 3, k, d)
-    elif s == 4:
-        fold_strided(dst, 0, x_flat, at, count, 4, k, d)
-    else:
-        _stride_loop(dst, 0, x_flat, at, count, s, k, d)
-
-
 @kernel()
 def max_plane_lanes(x, y, starts, tap_first, block, row_fold, empty_value, start, stop):
     """Fill planes ``[start*block, stop*block)`` of ``y`` (planes, output size) from ``x``
@@ -122,7 +107,8 @@ def max_plane_lanes(x, y, starts, tap_first, block, row_fold, empty_value, start
         p0 = item * block
         count = min(block, planes - p0)
         if fold_k > 0:
-            _fold_rows(folded, x_flat, p0 * n, count * n_lanes, fold_s, fold_k, fold_d)
+            fold_at_stride(folded, 0, x_flat, p0 * n, count * n_lanes, fold_s, fold_k,
+                           fold_d)
             nan = _to_lanes(lanes_in, folded, 0, count, n_lanes, block)
         else:
             nan = _to_lanes(lanes_in, x_flat, p0, count, n, block)
