@@ -463,6 +463,36 @@ def test_shape_inputs_must_be_1d():
     check(PoolfoldError, ["block_shape"], X, [3, 3], np.array([[2, 2]], np.int64))
 
 
+def test_int64_shape_inputs_reuse_their_launch():
+    """image_shape and block_shape as the int64 tensors a model holds: a call with the same
+    values reuses the kept launch (``_LAUNCHES``), other values get their own, and arrays the
+    checks refuse (int32, 2-D) are refused on every call, never served a launch."""
+    from poolfold.ops import col2im as module
+
+    x = np.arange(36, dtype=np.float32).reshape(1, 4, 9)
+    module._LAUNCHES.clear()
+    first = poolfold.col2im(x, np.array([4, 4], np.int64), np.array([2, 2], np.int64))
+    assert len(module._LAUNCHES) == 1
+    launch = next(iter(module._LAUNCHES.values()))
+    again = poolfold.col2im(x, np.array([4, 4], np.int64), np.array([2, 2], np.int64))
+    assert len(module._LAUNCHES) == 1 and next(iter(module._LAUNCHES.values())) is launch
+    np.testing.assert_array_equal(first, again)
+    np.testing.assert_array_equal(first, oracle.col2im(x, [4, 4], [2, 2]))
+    # the same values as lists: a key of their own (the checks treat lists otherwise)
+    np.testing.assert_array_equal(poolfold.col2im(x, [4, 4], [2, 2]), first)
+    assert len(module._LAUNCHES) == 2
+    wider = poolfold.col2im(x, np.array([4, 6], np.int64), np.array([2, 2], np.int64),
+                            strides=[1, 2])
+    np.testing.assert_array_equal(wider, oracle.col2im(x, [4, 6], [2, 2], strides=[1, 2]))
+    assert len(module._LAUNCHES) == 3
+    for _ in range(2):
+        with pytest.raises(PoolfoldTypeError, match="image_shape"):
+            poolfold.col2im(x, np.array([4, 4], np.int32), np.array([2, 2], np.int64))
+        with pytest.raises(PoolfoldError, match="block_shape"):
+            poolfold.col2im(x, np.array([4, 4], np.int64), np.array([[2, 2]], np.int64))
+    assert len(module._LAUNCHES) == 3
+
+
 @pytest.mark.parametrize("opset", [1, 11, 17])
 def test_opset_before_18_is_an_error(opset):
     with pytest.raises(PoolfoldError, match="Col2Im"):
