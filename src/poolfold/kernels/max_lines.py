@@ -74,7 +74,11 @@ def _fold_cut(dst, to, pitch, src, at, n, rows, lo, hi, d, empty_value):
     ``src[at + r*n + t*d]`` over taps ``[lo, hi)``, or ``empty_value`` where there is none
     (a window wholly in the padding): one cut window of every row, tap by tap over the rows,
     whose loads then overlap (a row at a time waited on each comparison: 3x3 at stride 2
-    over (1,64,56,56), one thread, spent 16 us on its 3584 cut windows, about 3 so)."""
+    over (1,64,56,56), one thread, spent 16 us on its 3584 cut windows, about 3 so).
+    :func:`poolfold.kernels.folds.fold_column` folds the same way, through a table of each
+    row's target and a helper's call; through it the kernel took 3-6% longer (one thread,
+    three rounds each in turn: 41-42 against 39-40 us over (1,64,56,56), 150-160 against
+    143-150 over (1,256,54,54)), so the cut windows are folded here, inlined."""
     u = np.uint64
     if hi <= lo:
         for r in range(rows):
