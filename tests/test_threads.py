@@ -2,12 +2,14 @@
 
 Calls from several Python threads at once must be safe and give the results of a single-threaded
 call; the kernel thread count (POOLFOLD_NUM_THREADS) must not change any result, and an invalid
-value warns (RuntimeWarning) and is ignored.
+value warns (RuntimeWarning) and is ignored.  The scratch rows that threads write side by side
+lie on cache lines of their own.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -21,6 +23,7 @@ import pytest
 
 import poolfold
 from poolfold.kernels import affinity, environment, threads
+from poolfold.memory import LINE_BYTES, line_rows
 
 THREADS = 4
 ROUNDS = 10
@@ -311,3 +314,19 @@ def test_a_split_must_take_enough_work_off_the_busiest_part():
     assert split_parts(64, 4 * MIN_WORK_PER_PART, 4) == 4
     assert split_parts(5, 5 * MIN_WORK_PER_PART, 4) == 3  # 4 parts keep 2 of 5 as well
     assert split_parts(64, MIN_WORK_PER_PART, 2) == 1  # too little work for two parts
+
+
+@pytest.mark.parametrize("rows, row_shape", [(1, (2,)), (16, (4,)), (5, (2, 3)), (3, (9,)),
+                                             (4, (0,))])
+def test_line_rows_give_each_work_item_cache_lines_of_its_own(rows, row_shape):
+    """The per-item counters two threads write must never share a cache line."""
+    scratch = line_rows(rows, *row_shape)
+    assert scratch.shape == (rows, *row_shape) and scratch.dtype == np.int64
+    starts = [scratch[r].__array_interface__["data"][0] for r in range(rows)]
+    assert all(start % LINE_BYTES == 0 for start in starts)
+    width = max(math.prod(row_shape), 1) * 8
+    ends = [start + width for start in starts]
+    # no row's bytes reach the line the next row starts on
+    assert all(-(-end // LINE_BYTES) * LINE_BYTES <= nxt for end, nxt in zip(ends, starts[1:]))
+    scratch[...] = np.arange(scratch.size).reshape(scratch.shape)
+    assert np.array_equal(scratch.reshape(rows, -1), np.arange(scratch.size).reshape(rows, -1))

@@ -57,3 +57,23 @@ def allocate(label: str, what: str, shape: tuple[int, ...], dtype, fill=None,
         raise PoolfoldError(
             f"{label}: cannot allocate output '{what}' of shape {tuple(shape)}: {error}"
         ) from None
+
+
+# Bytes in a cache line (x86-64 and most ARM cores).
+LINE_BYTES = 64
+
+
+def line_rows(rows: int, *row_shape: int) -> np.ndarray:
+    """Uninitialised int64 scratch of shape ``(rows, *row_shape)`` for a kernel whose work
+    items each keep a row of it (their counters), every row starting on a cache line of its
+    own.  Rows packed end to end share lines, and two threads that write counters in one line
+    take it from each other's cache on every write: Col2Im's fold over (1,16,64,64) took
+    140-180 us on 2 threads where its counters' array happened to straddle a line between
+    the threads' planes, 90-100 where it did not (one thread: 165)."""
+    width = math.prod(row_shape)
+    per_line = LINE_BYTES // 8
+    pitch = -(-max(width, 1) // per_line) * per_line
+    buffer = np.empty(rows * pitch + per_line, np.int64)
+    skip = (-buffer.__array_interface__["data"][0] % LINE_BYTES) // 8
+    lined = buffer[skip:skip + rows * pitch].reshape(rows, pitch)[:, :width]
+    return lined.reshape((rows, *row_shape))

@@ -28,7 +28,7 @@ from ..errors import PoolfoldError
 from ..geometry import WindowPlan
 from ..kernels.threads import launch
 from ..kernels.fold import fold, fold_tables
-from ..memory import check_size
+from ..memory import check_size, line_rows
 from ..ops._common import kernel_input
 from ..ops.col2im import fold_identity, fold_plan, fold_strings
 from ..ops.col2im import col2im as col2im_in_memory
@@ -88,7 +88,7 @@ def _fold_step(accumulator, x, l0, plan, image_planes, block_size):
     for start, size in reversed(grid_boxes(l0, l0 + x.shape[2], plan.out_shape)):
         launch(fold, _box_columns(columns, l0, start, size, plan.out_shape), accumulator,
                *fold_tables(box_plan(plan, start, size)), fold_identity(x.dtype), True,
-               np.empty((planes, 2 * plan.rank), np.int64), 0, planes)
+               line_rows(planes, 2 * plan.rank), 0, planes)
     return accumulator
 
 

@@ -13,7 +13,7 @@ from ..geometry import WindowAttributes, WindowPlan, int_tuple, window_plan
 from ..kernels.native_split import Crew
 from ..kernels.threads import kernel_threads, launch_split, split_parts
 from ..kernels.fold import fold, fold_tables
-from ..memory import allocate, check_size
+from ..memory import allocate, check_size, line_rows
 from ._common import CallCache, as_tensor, int64_tensor, kernel_input
 
 
@@ -136,7 +136,7 @@ class FoldLaunch:
                 *self.tables,
                 self.identity,
                 False,  # a fresh image: overwrite
-                np.empty((planes, 2 * self.plan.rank), np.int64),  # the kernel's counters
+                line_rows(planes, 2 * self.plan.rank),  # the kernel's counters
                 parts=self.parts,
                 crew=self.crew,
             )

@@ -25,7 +25,7 @@ from ..kernels.plane_lanes import block_planes, max_plane_lanes
 from ..kernels.threads import PIECES_PER_THREAD, kernel_threads, launch_split, split_parts
 from ..kernels.window_max import window_max, window_max_separable, window_max_tiles
 from ..kernels.words import has_words, word_type, words_view
-from ..memory import allocate, check_size, check_table
+from ..memory import allocate, check_size, check_table, line_rows
 from ._common import CallCache, as_rows, as_tensor, flag, kernel_input, kernel_rows
 
 
@@ -1320,7 +1320,7 @@ class _PoolLaunch:
 
     def _direct(self, xs, ys, index_rows):
         launch_split(window_max, self.planes, xs, ys, index_rows, *self.tables, *self.direct,
-                     np.empty((self.planes, 2, len(self.dims[0])), np.int64), parts=self.parts,
+                     line_rows(self.planes, 2, len(self.dims[0])), parts=self.parts,
                      crew=self.crew)
 
     def _stand_in(self, xs, ys, index_rows) -> str:
