@@ -215,6 +215,12 @@ STRIDED_ROW_BLOCKS = [
     # rows the stride does not divide: a block's rows at a pitch rounded up to it
     ((2, 3, 13, 13), [3, 3], [2, 2], [1, 1, 1, 1], "average", None, np.float32),
     ((1, 2, 11, 16), [5, 5], [3, 3], [2, 2, 2, 2], "lp", 2, np.float32),
+    # rows cut along the axis before the last in one block with uncut ones, each with its
+    # own input rows and divisor; rows whose window lies wholly in padding
+    ((1, 2, 9, 9), [7, 7], [1, 1], [3, 3, 3, 3], "average", None, np.float32),
+    ((1, 2, 4, 6, 6), [2, 3, 3], [1, 1, 1], [1, 1, 1, 1, 1, 1], "average", None, np.float32),
+    ((1, 2, 5, 8), [2, 2], [1, 1], [3, 0, 3, 0], "average", None, np.float32),
+    ((1, 2, 9, 9), [3, 3], [1, 1], [1, 1, 1, 1], "lp", 2, np.float32),
 ]
 
 

@@ -157,13 +157,15 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
     width = np.uint64(channels)
     row_length = np.uint64(axes[N, last] * channels)
     out_length = np.uint64(out_last * channels)
-    # Channels-first output rows whose windows along the axis before the last are whole are
-    # taken up to block_rows at a time (see _store_block), each row's vertical sum ``pitch``
-    # after the last's (block_pitch: the row's length rounded up to a multiple of the last
-    # axis's stride, the slots past the row zeros, read by no output).  For short rows, the
-    # loops' own costs then count once per block instead of once per row.  Where the pitch
-    # is the row's length, at stride 1 along the axis before the last, the block's input
-    # rows are one run.
+    # Channels-first output rows are taken up to block_rows at a time (consecutive along
+    # the axis before the last, see _store_block), each row's vertical sum ``pitch`` after
+    # the last's (block_pitch: the row's length rounded up to a multiple of the last axis's
+    # stride, the slots past the row zeros, read by no output).  For short rows, the loops'
+    # own costs then count once per block instead of once per row: the rows that padding
+    # cuts along the axis before the last are in the blocks too (3x3 with pads 1 over
+    # (1,192,35,35): their rows alone took a quarter of the kernel's time).  Where the pitch
+    # is the row's length, at stride 1 along the axis before the last, the input rows of a
+    # run of uncut rows are one run.
     block_rows = 1
     n_last, s_last = axes[N, last], axes[STRIDE, last]
     pitch = block_pitch(n_last, s_last, out_last) if channels == 1 and rank >= 2 else 0
@@ -206,51 +208,38 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
         for a in range(last - 1, -1, -1):
             position[a] = rem % axes[OUT, a]
             rem //= axes[OUT, a]
-        count = 1  # output rows in this block: consecutive along the axis before the last
+        # Output rows of one block: consecutive along the axis before the last (see above).
+        count = 1
         if block_rows > 1:
-            b = position[last - 1]
-            if axes[UNCUT_LO, last - 1] <= b < axes[UNCUT_HI, last - 1]:
-                count = min(block_rows, axes[UNCUT_HI, last - 1] - b, stop - item)
-        span = row_length * np.uint64(count)  # their input rows are consecutive: one run
-        # The vertical sum: every in-bounds combination of the outer axes' taps, in
-        # row-major order, the first assigned.
-        empty = False
-        for a in range(last):
-            tap[a] = taps[1, a, position[a]]
-            if tap[a] >= taps[2, a, position[a]]:
-                empty = True
-        if empty:  # a block's rows at their pitch (its slots are zeros already)
-            for i in range(np.uint64(pitch) * np.uint64(count) if count > 1 else span):
-                acc[i] = 0.0
-        rows_in = 0
-        while not empty:
-            row = outer * size
-            for a in range(last):
-                row += (taps[0, a, position[a]] + tap[a] * axes[DILATION, a]) * in_strides[a]
-            row_at[rows_in] = row
-            rows_in += 1
-            # The next combination, row-major (the last outer axis fastest): odometer's
-            # next_in_ranges written out, as a call per input row (its seven array
-            # arguments) cost as much as adding a short row (3x3 s2 over (8,64,112,112):
-            # 7.3 against 3.5 ms on one thread).
-            a = last - 1
-            while a >= 0:
-                tap[a] += 1
-                if tap[a] < hi_all[a, position[a]]:
-                    break
-                tap[a] = lo_all[a, position[a]]
-                a -= 1
-            if a < 0:
-                break
-        if rows_in > 0:
-            if count > 1 and (row_step != n_last or pitch != n_last):  # a sum each row
-                for t in range(count):  # unsigned, as the loops index (see above)
-                    _add_rows(acc, np.uint64(t) * np.uint64(pitch), x, row_at, rows_in,
+            count = min(block_rows, axes[OUT, last - 1] - position[last - 1], stop - item)
+        b = position[last - 1]
+        # The vertical sums, row t of the block at acc[t * pitch]: a run of rows whose
+        # windows are whole along the axis before the last shares its taps (each row's
+        # input rows row_step after the last's), and a row cut there (padding, the axis's
+        # ends) has taps of its own.
+        t = 0
+        while t < count:
+            position[last - 1] = b + t
+            same = 1
+            if axes[UNCUT_LO, last - 1] <= b + t < axes[UNCUT_HI, last - 1]:
+                same = min(count - t, axes[UNCUT_HI, last - 1] - (b + t))
+            rows_in = _row_starts(row_at, taps, axes, position, tap, in_strides, outer * size,
+                                  lo_all, hi_all)
+            at = np.uint64(t) * np.uint64(pitch)
+            if rows_in == 0:  # a window with no input row: the sums are zeros
+                for i in range(np.uint64(pitch) * np.uint64(same) if count > 1
+                               else row_length):
+                    acc[at + i] = 0.0
+            elif same > 1 and (row_step != n_last or pitch != n_last):  # a sum each row
+                for q in range(same):  # unsigned, as the loops index (see above)
+                    _add_rows(acc, at + np.uint64(q) * np.uint64(pitch), x, row_at, rows_in,
                               row_length, mark, p)
-                    for q in range(rows_in):
-                        row_at[q] += row_step
-            else:  # a block's rows at stride 1 read one run of rows
-                _add_rows(acc, 0, x, row_at, rows_in, span, mark, p)
+                    for i in range(rows_in):
+                        row_at[i] += row_step
+            else:  # one row, or rows at stride 1 that read one run of rows
+                _add_rows(acc, at, x, row_at, rows_in, row_length * np.uint64(same), mark, p)
+            t += same
+        position[last - 1] = b
         if count > 1:
             _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides,
                          outer * size, outer * outputs + r * out_last, count, pitch, mode, p,
@@ -336,6 +325,37 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
         item += 1
 
 
+@njit(inline="always")
+def _row_starts(row_at, taps, axes, position, tap, in_strides, base, lo_all, hi_all):
+    """Where each input row that the outer axes' taps of the output row at ``position``
+    reach starts (``base``: the outer index's first element), in row-major order of the
+    taps, into ``row_at``; how many (0 where a window holds no input row).  The odometer's
+    next_in_ranges written out, as a call per input row (its seven array arguments) cost as
+    much as adding a short row (3x3 s2 over (8,64,112,112): 7.3 against 3.5 ms on one
+    thread).  ``tap`` is scratch of the rank's length."""
+    last = axes.shape[1] - 1
+    for a in range(last):
+        tap[a] = lo_all[a, position[a]]
+        if tap[a] >= hi_all[a, position[a]]:
+            return 0
+    rows_in = 0
+    while True:
+        row = base
+        for a in range(last):
+            row += (taps[0, a, position[a]] + tap[a] * axes[DILATION, a]) * in_strides[a]
+        row_at[rows_in] = row
+        rows_in += 1
+        a = last - 1
+        while a >= 0:  # the next combination, the last outer axis fastest
+            tap[a] += 1
+            if tap[a] < hi_all[a, position[a]]:
+                break
+            tap[a] = lo_all[a, position[a]]
+            a -= 1
+        if a < 0:
+            return rows_in
+
+
 # Elements of input rows taken in one block of output rows (see window_rows): a few rows of
 # the core's first-level cache, with the sums beside them.
 BLOCK_ELEMENTS = 2048
@@ -382,8 +402,8 @@ def _sum_at_stride(dst, to, src, at, count, s, k, d):
 @_helper
 def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides, x_at,
                  y_at, count, n, mode, p, shrink):
-    """Outputs of ``count`` consecutive rows (channels-first, windows whole along the axis
-    before the last; stride s along the last, with out_last <= m = n / s) from ``acc``,
+    """Outputs of ``count`` consecutive rows along the axis before the last (channels-first;
+    stride s along the last, with out_last <= m = n / s) from ``acc``,
     their vertical sums ``n`` apart (row t at ``t * n``; n, the pitch, a multiple of s).  An
     uncut output o of row t adds ``acc[t * n + first[o] + j * d]``, which is ``acc[first[u0] +
     (t * m + o - u0) * s + j * d]``: for every row at once, one loop per tap over the run of
@@ -420,11 +440,14 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
                     sums[t * out_pitch + to] += acc[t * row_pitch + at]
     b0 = position[last - 1]
     if mode == AVERAGE:
-        row_scale = 1.0
-        for a in range(last):
-            row_scale *= axis_inverse[a, position[a]]
+        # each row's factor as a row of its own takes it: the outer axes' in order, the
+        # axis before the last's (which differs between the block's rows) last
+        outer_scale = 1.0
+        for a in range(last - 1):
+            outer_scale *= axis_inverse[a, position[a]]
         scale = axis_inverse[last]
         for t in range(count):
+            row_scale = outer_scale * axis_inverse[last - 1, b0 + t]
             at = np.uint64(t * m)
             to = np.uint64(y_at + t * out_last)
             for o in range(np.uint64(out_last)):
@@ -436,6 +459,7 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
         if not finite:
             for t in range(count):
                 position[last - 1] = b0 + t
+                row_scale = outer_scale * axis_inverse[last - 1, b0 + t]
                 for o in range(out_last):
                     v = sums[t * m + o]
                     if (v - v) != 0:
