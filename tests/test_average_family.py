@@ -276,6 +276,66 @@ def test_other_kernel_path(kind, case, monkeypatch):
     assert bool(ran) == (any(decisions) and x.size > 0 and got.size > 0), (decisions, ran)
 
 
+# The row kernel takes channels-first output rows in blocks (window_rows' _store_block, whose
+# averages read the plan's plane_factors) where a work piece holds several rows of a plane,
+# and one at a time otherwise: where the threads' pieces start must not change a bit.  Rows
+# cut by padding inside blocks, per-row divisors, 3-D, NaN and inf, float32 overflow.
+BLOCK_CASES = [
+    Case((1, 4, 9, 9), [3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+    Case((1, 3, 12, 12), [3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1),
+    Case((1, 2, 9, 9), [7, 7], pads=[3, 3, 3, 3], specials=True),
+    Case((1, 2, 5, 6, 6), [3, 3, 3], pads=[1] * 6, dtype=F16),
+    Case((2, 2, 8, 10), [2, 3], strides=[2, 1], pads=[3, 1, 3, 1], dtype=F64),
+    Case((1, 2, 9, 9), [3, 3], pads=[1, 1, 1, 1], scale=3e37),
+]
+for _i, _c in enumerate(BLOCK_CASES):
+    _c.seed = 4000 + _i
+
+
+@pytest.mark.parametrize("kind", ["average", "lp"])
+@pytest.mark.parametrize("case", BLOCK_CASES, ids=ids(BLOCK_CASES))
+def test_row_blocks_give_the_bits_of_rows_taken_one_at_a_time(kind, case, monkeypatch):
+    from poolfold.ops import averaging
+
+    rows_kernel = averaging.window_rows
+    x = case.data()
+
+    def run(one_at_a_time: bool):
+        ran = []
+
+        def rows(*args):
+            ran.append(True)
+            *arguments, start, stop = args
+            if not one_at_a_time:
+                return rows_kernel(*args)
+            for item in range(start, stop):
+                rows_kernel(*arguments, item, item + 1)
+
+        monkeypatch.setattr(averaging, "_CALLS", CallCache())
+        monkeypatch.setattr(averaging, "_windows_launch",
+                            functools.lru_cache(maxsize=256)(averaging._WindowsLaunch))
+        monkeypatch.setattr(averaging, "takes_plane_lanes", lambda *args: False)
+        monkeypatch.setattr(averaging, "window_rows", rows)
+        if kind == "lp":
+            got = poolfold.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+        else:
+            got = poolfold.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
+                                        **case.geometry)
+        return got, bool(ran)
+
+    in_blocks, ran = run(False)
+    one_by_one, _ = run(True)
+    assert ran or kind == "lp"  # every case's average takes the row kernel
+    assert in_blocks.tobytes() == one_by_one.tobytes()
+    if kind == "average":
+        want, info = oracle.average_pool(x, case.kernel,
+                                         count_include_pad=case.count_include_pad,
+                                         **case.geometry)
+    else:
+        want, info = oracle.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+    oracle.assert_within_bound(in_blocks, want, info, case.dtype, kind)
+
+
 # Small channels-first planes summed many at once as lanes (averaging.takes_plane_lanes): the
 # row kernel's sums, bit for bit, wherever the row kernel would run.  Enough planes for a
 # few blocks of lanes and a partial last one; NaN and inf, and sums that overflow float32

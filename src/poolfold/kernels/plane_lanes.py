@@ -126,7 +126,8 @@ def max_plane_lanes(x, y, starts, tap_first, block, row_fold, empty_value, start
 
 
 @kernel(error_model="numpy")
-def sum_plane_lanes(x, y, axes, taps, axis_inverse, mode, mark, p, block, start, stop):
+def sum_plane_lanes(x, y, axes, taps, axis_inverse, plane_factors, mode, mark, p, block,
+                    start, stop):
     """Fill planes ``[start*block, stop*block)`` of ``y`` (planes, output size, in Y's own
     element type) with the window sums of ``x`` (planes, input size), ``block`` planes a work
     item: turned into lanes, summed by :func:`window_rows` as one channels-last sample of
@@ -147,8 +148,8 @@ def sum_plane_lanes(x, y, axes, taps, axis_inverse, mode, mark, p, block, start,
         _to_lanes(lanes_in, x_flat, p0, count, n, block)
         # the types of a direct call (X read-only, no literal start): numba compiles the row
         # kernel once for both, not again inside this kernel (10 of its 15 s of compile)
-        window_rows(read_only(lanes_in), lanes_out, axes, taps, axis_inverse, block, mode,
-                    mark, p, np.int64(0), rows)
+        window_rows(read_only(lanes_in), lanes_out, axes, taps, axis_inverse, plane_factors,
+                    block, mode, mark, p, np.int64(0), rows)
         _from_lanes(y_flat, p0, count, n_out, lanes_out, block)
 
 

@@ -136,13 +136,16 @@ def _shrink(axes):
 
 
 @_kernel
-def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, stop):
+def window_rows(x, y, axes, taps, axis_inverse, plane_factors, channels, mode, mark, p, start,
+                stop):
     """Output rows ``[start, stop)`` of ``x`` and ``y`` (flat; per outer index, ``size *
     channels`` and ``outputs * channels`` elements, Y's in its own element type): row ``i``
     is outer ``i // rows`` and output row ``i % rows`` (row-major over every axis but the
     last).  ``axis_inverse[a, o]`` is 1 / the count of the window's taps along axis a at
     output o (AVERAGE: the divisor's inverse is their product, taken per row, so that no
-    plane-sized table is read beside X); otherwise the store takes the p-th root.
+    plane-sized table is read beside X, except ``plane_factors``, those products over a small
+    2-D output plane, or empty: see averaging.WindowTables); otherwise the store takes the
+    p-th root.
     ``mark`` (:func:`window_sum.term_marker`) selects what is added of each element.
 
     Every loop indexes whole arrays with unsigned offsets: no slice per row (each costs
@@ -241,9 +244,9 @@ def window_rows(x, y, axes, taps, axis_inverse, channels, mode, mark, p, start, 
             t += same
         position[last - 1] = b
         if count > 1:
-            _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides,
-                         outer * size, outer * outputs + r * out_last, count, pitch, mode, p,
-                         shrink)
+            _store_block(x, y, acc, sums, axes, taps, axis_inverse, plane_factors, position,
+                         tap, in_strides, outer * size, outer * outputs + r * out_last, count,
+                         pitch, mode, p, shrink)
             item += count
             continue
         # The horizontal sum: the uncut outputs tap by tap across the row (the first tap
@@ -400,8 +403,8 @@ def _sum_at_stride(dst, to, src, at, count, s, k, d):
 
 
 @_helper
-def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_strides, x_at,
-                 y_at, count, n, mode, p, shrink):
+def _store_block(x, y, acc, sums, axes, taps, axis_inverse, plane_factors, position, tap,
+                 in_strides, x_at, y_at, count, n, mode, p, shrink):
     """Outputs of ``count`` consecutive rows along the axis before the last (channels-first;
     stride s along the last, with out_last <= m = n / s) from ``acc``,
     their vertical sums ``n`` apart (row t at ``t * n``; n, the pitch, a multiple of s).  An
@@ -446,12 +449,20 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, position, tap, in_st
         for a in range(last - 1):
             outer_scale *= axis_inverse[a, position[a]]
         scale = axis_inverse[last]
-        for t in range(count):
-            row_scale = outer_scale * axis_inverse[last - 1, b0 + t]
-            at = np.uint64(t * m)
-            to = np.uint64(y_at + t * out_last)
-            for o in range(np.uint64(out_last)):
-                y[to + o] = narrow_to(sums[at + o] * (row_scale * scale[o]), y)
+        if m == out_last and plane_factors.size > 0:
+            # the rows' outputs lie end to end in sums and in Y: one loop, the factors the
+            # row's loop below multiplies by read from the plan's table
+            f0 = np.uint64(b0 * out_last)
+            to = np.uint64(y_at)
+            for i in range(np.uint64(count * out_last)):
+                y[to + i] = narrow_to(sums[i] * plane_factors[f0 + i], y)
+        else:
+            for t in range(count):
+                row_scale = outer_scale * axis_inverse[last - 1, b0 + t]
+                at = np.uint64(t * m)
+                to = np.uint64(y_at + t * out_last)
+                for o in range(np.uint64(out_last)):
+                    y[to + o] = narrow_to(sums[at + o] * (row_scale * scale[o]), y)
         # float32 sums that are not finite: again in float64 (see the module doc)
         finite = True
         for i in range(np.uint64((count - 1) * m + out_last)):

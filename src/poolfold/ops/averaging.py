@@ -104,6 +104,10 @@ class WindowTables(NamedTuple):
     axis_counts: np.ndarray  # (rank, width) float64: the per-axis factors of the divisor
     inverse: np.ndarray  # 1 / divisor (inf for an empty window), what the kernels multiply by
     axis_inverse: np.ndarray  # (rank, width) 1 / axis_counts: the divisor's inverse, per axis
+    # 2-D plans of at most PLANE_FACTORS_MOST outputs: axis_inverse[0, r] * axis_inverse[1, o]
+    # at r * outputs along the last axis + o (the factor the row kernel multiplies a sum
+    # by, as it takes it), else empty
+    plane_factors: np.ndarray
 
 
 # A pass runs on van Herk partial sums where windows overlap this much: each output then
@@ -205,6 +209,13 @@ def running_sum_axes(plan: WindowPlan, dtype: np.dtype, kind: str, p: float = 2.
                                                      plan.kernel)))
 
 
+# The largest 2-D output plane whose averages' factors the row kernel reads from a table
+# (WindowTables.plane_factors, 64 KiB): its blocks of short rows then store in one loop, not
+# a loop per row of a few dozen outputs (3x3 with pads 1 over (1,192,35,35), one thread:
+# 150-168 us -> 135-142).
+PLANE_FACTORS_MOST = 8192
+
+
 @functools.lru_cache(maxsize=256)
 def window_tables(plan: WindowPlan, divisor: str | None,
                   running: tuple[bool, ...] | None = None) -> WindowTables:
@@ -247,9 +258,14 @@ def window_tables(plan: WindowPlan, divisor: str | None,
     with np.errstate(divide="ignore"):
         inverse = 1.0 / table
         axis_inverse = 1.0 / axis_counts
-    for array in (axes, tap_table, table, axis_counts, inverse, axis_inverse):
+    plane_factors = np.zeros(0, np.float64)
+    if rank == 2 and math.prod(plan.out_shape) <= PLANE_FACTORS_MOST:
+        plane_factors = np.multiply.outer(axis_inverse[0, :plan.out_shape[0]],
+                                          axis_inverse[1, :plan.out_shape[1]]).ravel()
+    for array in (axes, tap_table, table, axis_counts, inverse, axis_inverse, plane_factors):
         array.flags.writeable = False
-    return WindowTables(axes, tap_table, table, axis_counts, inverse, axis_inverse)
+    return WindowTables(axes, tap_table, table, axis_counts, inverse, axis_inverse,
+                        plane_factors)
 
 
 def _running_cases(plan: WindowPlan, running) -> np.ndarray:
@@ -406,13 +422,15 @@ class _WindowsLaunch(_Launch):
                 block = block_planes(self.value_type, layout.outer, threads)
                 self.kernel, self.count = sum_plane_lanes, -(-layout.outer // block)
                 self.flat = False
-                self.arguments = (tables.axes, tables.taps, tables.axis_inverse, mode,
+                self.arguments = (tables.axes, tables.taps, tables.axis_inverse,
+                                  tables.plane_factors, mode,
                                   term_marker(transform), float(p), block)
                 self.parts = split_parts(self.count, work, threads)
                 return
             self.kernel, self.count = window_rows, rows
-            self.arguments = (tables.axes, tables.taps, tables.axis_inverse, layout.channels,
-                              mode, term_marker(transform), float(p))
+            self.arguments = (tables.axes, tables.taps, tables.axis_inverse,
+                              tables.plane_factors, layout.channels, mode,
+                              term_marker(transform), float(p))
             self.parts = split_parts(rows, work, threads)
             return
         block = channel_block_for(plan, layout.channels) if channel_block is None else min(
@@ -614,8 +632,9 @@ class _GlobalLaunch(_Launch):
         if takes_row_sums(plan, dtype, kind, p):  # one output row per sample
             _check_row_scratch(label, plan, layout.channels)
             self.kernel = window_rows
-            self.arguments = (tables.axes, tables.taps, tables.axis_inverse, layout.channels,
-                              mode, term_marker(transform), float(p))
+            self.arguments = (tables.axes, tables.taps, tables.axis_inverse,
+                              tables.plane_factors, layout.channels, mode,
+                              term_marker(transform), float(p))
             return
         block = min(layout.channels, CHANNEL_BLOCK)
         self.count = layout.outer * -(-layout.channels // block)
