@@ -236,6 +236,16 @@ SWAPPED_CASES = [("average", c) for c in AVERAGE_CASES[::4]] + [
     ("lp", c) for c in LP_CASES[::4] if c.dtype != F64]
 
 
+def fresh_launches(monkeypatch):
+    """Fresh kept launches for a test that swaps a kernel choice: a launch of the same call
+    made before would not ask the swapped choice."""
+    from poolfold.ops import averaging
+
+    monkeypatch.setattr(averaging, "_CALLS", CallCache())
+    monkeypatch.setattr(averaging, "_windows_launch",
+                        functools.lru_cache(maxsize=256)(averaging._WindowsLaunch))
+
+
 @pytest.mark.parametrize("kind,case", SWAPPED_CASES,
                          ids=[f"{k}-{c}" for k, c in SWAPPED_CASES])
 def test_other_kernel_path(kind, case, monkeypatch):
@@ -253,11 +263,7 @@ def test_other_kernel_path(kind, case, monkeypatch):
 
     ran = []
     kernel = averaging.window_rows
-    # fresh kept launches for the test: launches of the same calls chosen before would not
-    # ask the swapped choice
-    monkeypatch.setattr(averaging, "_CALLS", CallCache())
-    monkeypatch.setattr(averaging, "_windows_launch",
-                        functools.lru_cache(maxsize=256)(averaging._WindowsLaunch))
+    fresh_launches(monkeypatch)
     monkeypatch.setattr(averaging, "takes_row_sums", other_path)
     monkeypatch.setattr(averaging, "window_rows",
                         lambda *args: ran.append(True) or kernel(*args))
@@ -311,9 +317,7 @@ def test_row_blocks_give_the_bits_of_rows_taken_one_at_a_time(kind, case, monkey
             for item in range(start, stop):
                 rows_kernel(*arguments, item, item + 1)
 
-        monkeypatch.setattr(averaging, "_CALLS", CallCache())
-        monkeypatch.setattr(averaging, "_windows_launch",
-                            functools.lru_cache(maxsize=256)(averaging._WindowsLaunch))
+        fresh_launches(monkeypatch)
         monkeypatch.setattr(averaging, "takes_plane_lanes", lambda *args: False)
         monkeypatch.setattr(averaging, "window_rows", rows)
         if kind == "lp":
@@ -363,10 +367,7 @@ def test_plane_lanes_sum_as_the_rows_do(kind, case, monkeypatch):
 
     def run(lanes: bool):
         ran = []
-        # fresh kept launches: a launch made before would not ask the forced choice
-        monkeypatch.setattr(averaging, "_CALLS", CallCache())
-        monkeypatch.setattr(averaging, "_windows_launch",
-                            functools.lru_cache(maxsize=256)(averaging._WindowsLaunch))
+        fresh_launches(monkeypatch)
         monkeypatch.setattr(averaging, "takes_plane_lanes",
                             lambda plan, itemsize, channels, planes: lanes and channels == 1)
         monkeypatch.setattr(averaging, "window_rows",
