@@ -69,7 +69,7 @@ def line_rows(rows: int, *row_shape: int) -> np.ndarray:
     own.  Rows packed end to end share lines, and two threads that write counters in one line
     take it from each other's cache on every write: Col2Im's fold over (1,16,64,64) took
     140-180 us on 2 threads where its counters' array happened to straddle a line between
-    the threads' planes, 90-100 where it did not (one thread: 165)."""
+    the threads' planes, 95-100 where it did not (one thread: 165-175)."""
     width = math.prod(row_shape)
     per_line = LINE_BYTES // 8
     pitch = -(-max(width, 1) // per_line) * per_line
