@@ -236,6 +236,15 @@ SWAPPED_CASES = [("average", c) for c in AVERAGE_CASES[::4]] + [
     ("lp", c) for c in LP_CASES[::4] if c.dtype != F64]
 
 
+def pooled(kind, case, x, by=poolfold):
+    """``case``'s AveragePool (``kind`` "average") or LpPool of ``x``, by poolfold or by the
+    oracle (which also gives its bound's information)."""
+    if kind == "lp":
+        return by.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+    return by.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
+                           **case.geometry)
+
+
 def fresh_launches(monkeypatch):
     """Fresh kept launches for a test that swaps a kernel choice: a launch of the same call
     made before would not ask the swapped choice."""
@@ -268,15 +277,8 @@ def test_other_kernel_path(kind, case, monkeypatch):
     monkeypatch.setattr(averaging, "window_rows",
                         lambda *args: ran.append(True) or kernel(*args))
     x = case.data()
-    if kind == "lp":
-        want, info = oracle.lp_pool(x, case.kernel, p=case.p, **case.geometry)
-        got = poolfold.lp_pool(x, case.kernel, p=case.p, **case.geometry)
-    else:
-        want, info = oracle.average_pool(x, case.kernel,
-                                         count_include_pad=case.count_include_pad,
-                                         **case.geometry)
-        got = poolfold.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
-                                    **case.geometry)
+    want, info = pooled(kind, case, x, by=oracle)
+    got = pooled(kind, case, x)
     oracle.assert_within_bound(got, want, info, case.dtype, kind)
     # the row kernel ran exactly where the swapped choice asked for it (inputs with elements)
     assert bool(ran) == (any(decisions) and x.size > 0 and got.size > 0), (decisions, ran)
@@ -320,23 +322,14 @@ def test_row_blocks_give_the_bits_of_rows_taken_one_at_a_time(kind, case, monkey
         fresh_launches(monkeypatch)
         monkeypatch.setattr(averaging, "takes_plane_lanes", lambda *args: False)
         monkeypatch.setattr(averaging, "window_rows", rows)
-        if kind == "lp":
-            got = poolfold.lp_pool(x, case.kernel, p=case.p, **case.geometry)
-        else:
-            got = poolfold.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
-                                        **case.geometry)
+        got = pooled(kind, case, x)
         return got, bool(ran)
 
     in_blocks, ran = run(False)
     one_by_one, _ = run(True)
     assert ran or kind == "lp"  # every case's average takes the row kernel
     assert in_blocks.tobytes() == one_by_one.tobytes()
-    if kind == "average":
-        want, info = oracle.average_pool(x, case.kernel,
-                                         count_include_pad=case.count_include_pad,
-                                         **case.geometry)
-    else:
-        want, info = oracle.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+    want, info = pooled(kind, case, x, by=oracle)
     oracle.assert_within_bound(in_blocks, want, info, case.dtype, kind)
 
 
@@ -374,11 +367,7 @@ def test_plane_lanes_sum_as_the_rows_do(kind, case, monkeypatch):
                             lambda *args: ran.append("rows") or rows_kernel(*args))
         monkeypatch.setattr(averaging, "sum_plane_lanes",
                             lambda *args: ran.append("lanes") or lanes_kernel(*args))
-        if kind == "lp":
-            got = poolfold.lp_pool(x, case.kernel, p=case.p, **case.geometry)
-        else:
-            got = poolfold.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
-                                        **case.geometry)
+        got = pooled(kind, case, x)
         return got, set(ran)
 
     by_rows, rows_ran = run(False)
@@ -386,12 +375,7 @@ def test_plane_lanes_sum_as_the_rows_do(kind, case, monkeypatch):
     assert lanes_ran == ({"lanes"} if rows_ran == {"rows"} else rows_ran)
     assert by_lanes.dtype == by_rows.dtype and by_lanes.shape == by_rows.shape
     assert by_lanes.tobytes() == by_rows.tobytes()
-    if kind == "average":
-        want, info = oracle.average_pool(x, case.kernel,
-                                         count_include_pad=case.count_include_pad,
-                                         **case.geometry)
-    else:
-        want, info = oracle.lp_pool(x, case.kernel, p=case.p, **case.geometry)
+    want, info = pooled(kind, case, x, by=oracle)
     oracle.assert_within_bound(by_lanes, want, info, case.dtype, kind)
 
 
