@@ -215,17 +215,18 @@ def window_rows(x, y, axes, taps, axis_inverse, plane_factors, channels, mode, m
         count = 1
         if block_rows > 1:
             count = min(block_rows, axes[OUT, last - 1] - position[last - 1], stop - item)
-        b = position[last - 1]
         # The vertical sums, row t of the block at acc[t * pitch]: a run of rows whose
         # windows are whole along the axis before the last shares its taps (each row's
         # input rows row_step after the last's), and a row cut there (padding, the axis's
-        # ends) has taps of its own.
+        # ends) has taps of its own.  A single row (1-D plans' always) is a run of one.
+        b = position[last - 1] if count > 1 else 0
         t = 0
         while t < count:
-            position[last - 1] = b + t
             same = 1
-            if axes[UNCUT_LO, last - 1] <= b + t < axes[UNCUT_HI, last - 1]:
-                same = min(count - t, axes[UNCUT_HI, last - 1] - (b + t))
+            if count > 1:
+                position[last - 1] = b + t
+                if axes[UNCUT_LO, last - 1] <= b + t < axes[UNCUT_HI, last - 1]:
+                    same = min(count - t, axes[UNCUT_HI, last - 1] - (b + t))
             rows_in = _row_starts(row_at, taps, axes, position, tap, in_strides, outer * size,
                                   lo_all, hi_all)
             at = np.uint64(t) * np.uint64(pitch)
@@ -242,7 +243,8 @@ def window_rows(x, y, axes, taps, axis_inverse, plane_factors, channels, mode, m
             else:  # one row, or rows at stride 1 that read one run of rows
                 _add_rows(acc, at, x, row_at, rows_in, row_length * np.uint64(same), mark, p)
             t += same
-        position[last - 1] = b
+        if count > 1:
+            position[last - 1] = b
         if count > 1:
             _store_block(x, y, acc, sums, axes, taps, axis_inverse, plane_factors, position,
                          tap, in_strides, outer * size, outer * outputs + r * out_last, count,
