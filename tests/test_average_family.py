@@ -423,6 +423,42 @@ def test_row_blocks_pitch_and_a_stride_far_beyond_the_row():
         oracle.assert_within_bound(got, want, info, F32, op)
 
 
+
+# Averages whose sums are exact in float32 (small integers) are the float32 nearest the exact
+# average: the row kernel scales a float32 sum by its factor split in two float32, within
+# 2^-47 of the product (window_rows' module doc), where these averages lie at least 2^-28 from
+# a tie.  One float32 factor (1/9 rounded to float32) would miss the nearest value in about a
+# quarter of such outputs, which the contract's bound would still let through.  The plan's
+# table of factors (a block of short rows), rows one at a time (a stride far along the last
+# axis, channels-last), 3-D, count_include_pad, windows cut by padding, float16 (rounded
+# through float32, as the kernel stores it) and many small planes (the lanes).
+NEAREST_CASES = [
+    Case((1, 3, 7, 7), [3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+    Case((1, 2, 7, 7), [3, 3], strides=[1, 1], pads=[2, 1, 2, 1]),
+    Case((1, 2, 5, 40), [3, 3], strides=[1, 13], pads=[1, 1, 1, 1]),
+    Case((2, 3, 4, 5, 6), [3, 2, 3], pads=[1, 1, 0, 1, 0, 1]),
+    Case((1, 40, 6, 6), [3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+    Case((1, 3, 9, 9), [3, 3], strides=[2, 2], ceil_mode=1, dtype=F16),
+]
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("case", NEAREST_CASES, ids=ids(NEAREST_CASES))
+def test_float32_averages_are_the_nearest_float32_to_the_exact_average(case, channels_last):
+    x = np.random.default_rng(77).integers(-20, 21, case.shape).astype(case.dtype)
+    want, _ = oracle.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
+                                  **case.geometry)
+    nearest = np.asarray(want, np.float64).astype(np.float32).astype(case.dtype)
+    if channels_last:
+        got = np.moveaxis(poolfold.nhwc.average_pool(
+            np.ascontiguousarray(np.moveaxis(x, 1, -1)), case.kernel,
+            count_include_pad=case.count_include_pad, **case.geometry), -1, 1)
+    else:
+        got = poolfold.average_pool(x, case.kernel, count_include_pad=case.count_include_pad,
+                                    **case.geometry)
+    assert got.dtype == case.dtype
+    np.testing.assert_array_equal(got, nearest)
+
 def test_average_pool_defaults():
     """Only kernel_shape: strides 1, no pads, count_include_pad 0, floor mode."""
     x = make_data((2, 3, 6, 5), F32, 5)

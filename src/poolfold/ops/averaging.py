@@ -106,8 +106,15 @@ class WindowTables(NamedTuple):
     axis_inverse: np.ndarray  # (rank, width) 1 / axis_counts: the divisor's inverse, per axis
     # 2-D plans of at most PLANE_FACTORS_MOST outputs: axis_inverse[0, r] * axis_inverse[1, o]
     # at r * outputs along the last axis + o (the factor the row kernel multiplies a sum
-    # by, as it takes it), else empty
+    # by, as it takes it), as (1, n) float64, else (1, 0)
     plane_factors: np.ndarray
+    # the same factors split in two float32 (window_rows.split_factor), (2, n): float32 sums'
+    split_plane_factors: np.ndarray
+
+    def row_factors(self, dtype: np.dtype) -> np.ndarray:
+        """The plane factors the row kernel reads for sums of X of ``dtype``: split for the
+        types summed in float32, float64 for float64."""
+        return self.plane_factors if dtype.itemsize == 8 else self.split_plane_factors
 
 
 # A pass runs on van Herk partial sums where windows overlap this much: each output then
@@ -258,14 +265,18 @@ def window_tables(plan: WindowPlan, divisor: str | None,
     with np.errstate(divide="ignore"):
         inverse = 1.0 / table
         axis_inverse = 1.0 / axis_counts
-    plane_factors = np.zeros(0, np.float64)
+    plane_factors = np.zeros((1, 0), np.float64)
     if rank == 2 and math.prod(plan.out_shape) <= PLANE_FACTORS_MOST:
         plane_factors = np.multiply.outer(axis_inverse[0, :plan.out_shape[0]],
-                                          axis_inverse[1, :plan.out_shape[1]]).ravel()
-    for array in (axes, tap_table, table, axis_counts, inverse, axis_inverse, plane_factors):
+                                          axis_inverse[1, :plan.out_shape[1]]).reshape(1, -1)
+    hi = plane_factors.astype(np.float32)
+    with np.errstate(invalid="ignore"):  # inf - inf: an empty window's NaN, as in the kernel
+        split_plane_factors = np.concatenate([hi, (plane_factors - hi).astype(np.float32)])
+    for array in (axes, tap_table, table, axis_counts, inverse, axis_inverse, plane_factors,
+                  split_plane_factors):
         array.flags.writeable = False
     return WindowTables(axes, tap_table, table, axis_counts, inverse, axis_inverse,
-                        plane_factors)
+                        plane_factors, split_plane_factors)
 
 
 def _running_cases(plan: WindowPlan, running) -> np.ndarray:
@@ -423,13 +434,13 @@ class _WindowsLaunch(_Launch):
                 self.kernel, self.count = sum_plane_lanes, -(-layout.outer // block)
                 self.flat = False
                 self.arguments = (tables.axes, tables.taps, tables.axis_inverse,
-                                  tables.plane_factors, mode,
+                                  tables.row_factors(dtype), mode,
                                   term_marker(transform), float(p), block)
                 self.parts = split_parts(self.count, work, threads)
                 return
             self.kernel, self.count = window_rows, rows
             self.arguments = (tables.axes, tables.taps, tables.axis_inverse,
-                              tables.plane_factors, layout.channels, mode,
+                              tables.row_factors(dtype), layout.channels, mode,
                               term_marker(transform), float(p))
             self.parts = split_parts(rows, work, threads)
             return
@@ -633,7 +644,7 @@ class _GlobalLaunch(_Launch):
             _check_row_scratch(label, plan, layout.channels)
             self.kernel = window_rows
             self.arguments = (tables.axes, tables.taps, tables.axis_inverse,
-                              tables.plane_factors, layout.channels, mode,
+                              tables.row_factors(dtype), layout.channels, mode,
                               term_marker(transform), float(p))
             return
         block = min(layout.channels, CHANNEL_BLOCK)
