@@ -799,6 +799,41 @@ def test_nhwc_global_ops(shape, dtype):
                                    dtype, kind)
 
 
+
+@pytest.mark.parametrize("dtype", [F16, F32, F64])
+def test_nhwc_global_pools_sum_channels_in_blocks_as_the_row_kernel_does(dtype):
+    """Channels-last GlobalAveragePool and GlobalLpPool sum each sample's positions in
+    blocks of POSITION_CHANNELS channels (two whole blocks and a partial one here), within
+    the oracle's bound and bit for bit as the row kernel sums a window over every position
+    (the path they took before): NaN and inf, and float32 sums that overflow."""
+    from poolfold.ops import averaging
+    from poolfold.kernels.window_rows import POSITION_CHANNELS, window_rows
+
+    channels = 2 * POSITION_CHANNELS + 6
+    x = make_data((2, 3, 2, channels), dtype, 41, specials=True)
+    if dtype == F32:
+        x[1, :, :, :7] = np.float32(3e38)  # their float32 sums overflow: summed again
+    for kind, function, oracle_function in (
+            ("average", poolfold.nhwc.global_average_pool, oracle.global_average_pool),
+            ("lp", poolfold.nhwc.global_lp_pool, oracle.global_lp_pool)):
+        got = function(x)
+        want, info = oracle_function(to_nchw(x))
+        oracle.assert_within_bound(got, to_nhwc(want),
+                                   oracle.BoundInfo(to_nhwc(info.count), to_nhwc(info.maxabs)),
+                                   dtype, kind)
+        if kind == "lp" and dtype == F64:
+            continue  # float64 LpPool takes the scaled sums, not the row sums
+        plan = averaging._whole_axis_plan("test", 6)
+        tables = averaging.window_tables(plan, "valid" if kind == "average" else None)
+        mode, transform = averaging._sum_mode(kind, 2.0)
+        rows = np.empty(got.size, got.dtype)
+        value_type = np.dtype(averaging.dtypes.value_type(x.dtype))
+        window_rows(x.reshape(-1).view(value_type), rows.view(value_type), tables.axes,
+                    tables.taps, tables.axis_inverse, tables.row_factors(x.dtype), channels,
+                    mode, averaging.term_marker(transform), 2.0, 0, 2)
+        assert got.tobytes() == rows.tobytes(), kind
+
+
 # Monotone non-decreasing activations: Y's admissible interval maps to an interval.
 ACTIVATIONS = [
     ("Relu", None, lambda v: np.maximum(v, 0.0)),

@@ -560,3 +560,65 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, plane_factors, posit
         else:
             for o in range(np.uint64(out_last)):
                 y[to + o] = narrow_to(sums[at + o] ** root, y)
+
+
+# Channels a work item of :func:`position_sums` sums at a time: its sums (2 KiB of float32)
+# stay in the core's first-level cache beside the runs of X it reads, and a batch-1 tensor
+# of many channels still splits across threads.
+POSITION_CHANNELS = 512
+
+
+@_kernel
+def position_sums(x, y, positions, channels, factor, mode, mark, p, start, stop):
+    """Channels-last global pools (GlobalAveragePool, GlobalLpPool with p 1 or 2): work item
+    ``i`` sums, for sample ``i // blocks`` and channels ``[c0, c0 + POSITION_CHANNELS)`` of
+    its block, the ``positions`` runs of X (flat, ``positions * channels`` elements a sample)
+    in order, then stores ``sum * factor`` (AVERAGE; ``factor``: 1 / positions, the float64
+    table's) or the sum's p-th root, in Y (``channels`` a sample).
+
+    The arithmetic of :func:`window_rows` over a whole-axis window, bit for bit (the terms
+    added in position order, in the same accumulator, a non-finite float32 average summed
+    again in float64 by the same steps), without its first step: the row kernel copies a
+    row into its scratch before summing it, here a whole sample's (about 400 KiB for
+    (1,7,7,2048)), which doubled what a call reads and left the sums no cache."""
+    blocks = -(-channels // POSITION_CHANNELS)
+    acc = _accumulator(min(channels, POSITION_CHANNELS), mark, x)
+    shrink = 1.0  # as _shrink for a window of ``positions`` taps
+    while shrink * positions > 1.0:
+        shrink *= 0.5
+    root = 1.0 / p
+    width = np.uint64(channels)
+    for item in range(start, stop):
+        n = item // blocks
+        c0 = (item % blocks) * POSITION_CHANNELS
+        span = np.uint64(min(POSITION_CHANNELS, channels - c0))
+        base = np.uint64(n) * np.uint64(positions) * width + np.uint64(c0)
+        for c in range(span):
+            acc[c] = _row_term(x[base + c], mark, p)
+        for q in range(1, positions):
+            at = base + np.uint64(q) * width
+            for c in range(span):
+                acc[c] += _row_term(x[at + c], mark, p)
+        out = np.uint64(n) * width + np.uint64(c0)
+        if mode == AVERAGE:
+            finite = True
+            for c in range(span):
+                total = acc[c]
+                y[out + c] = narrow_to(_scaled(total, factor), y)
+                finite &= (total - total) == 0  # inf - inf and NaN - NaN are NaN
+            if not finite:  # again in float64 (see the module doc), as _window_sum64 adds
+                for c in range(span):
+                    if (acc[c] - acc[c]) != 0:
+                        total = 0.0
+                        for q in range(positions):
+                            total += widen(x[base + np.uint64(q) * width + c]) * shrink
+                        y[out + c] = narrow_to(total * factor / shrink, y)
+        elif p == 2.0:
+            for c in range(span):
+                y[out + c] = narrow_to(np.sqrt(acc[c]), y)
+        elif p == 1.0:
+            for c in range(span):
+                y[out + c] = narrow_to(acc[c], y)
+        else:
+            for c in range(span):
+                y[out + c] = narrow_to(acc[c] ** root, y)

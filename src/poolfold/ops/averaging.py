@@ -28,8 +28,8 @@ from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RU
                                   ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
                                   global_max, term_marker, plane_means, plane_sums,
                                   scaled_plane_sums, scaled_window_sums, window_sums)
-from ..kernels.window_rows import (BLOCK_ELEMENTS as ROW_BLOCK_ELEMENTS, block_pitch,
-                                   window_rows)
+from ..kernels.window_rows import (BLOCK_ELEMENTS as ROW_BLOCK_ELEMENTS, POSITION_CHANNELS,
+                                   block_pitch, position_sums, window_rows)
 from ..memory import allocate, check_size, check_table
 from ._common import CallCache, activate, as_rows, as_tensor, flag, kernel_rows
 from .layout import channels_last_order, is_channels_last, nchw_order
@@ -640,11 +640,11 @@ class _GlobalLaunch(_Launch):
         self.flat = True
         plan = _whole_axis_plan(label, size)
         tables = window_tables(plan, "valid" if kind == "average" else None)
-        if takes_row_sums(plan, dtype, kind, p):  # one output row per sample
-            _check_row_scratch(label, plan, layout.channels)
-            self.kernel = window_rows
-            self.arguments = (tables.axes, tables.taps, tables.axis_inverse,
-                              tables.row_factors(dtype), layout.channels, mode,
+        if takes_row_sums(plan, dtype, kind, p):  # the row kernel's sums, by position
+            self.count = layout.outer * -(-layout.channels // POSITION_CHANNELS)
+            self.parts = split_parts(self.count, work, threads)
+            self.kernel = position_sums
+            self.arguments = (size, layout.channels, float(tables.axis_inverse[0, 0]), mode,
                               term_marker(transform), float(p))
             return
         block = min(layout.channels, CHANNEL_BLOCK)
