@@ -13,6 +13,7 @@ import math
 import statistics
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -114,6 +115,29 @@ def test_short_calls_get_rounds_enough_to_fill_each_block():
     assert runner.rounds_for(1e-7, repeat) == runner.MOST_ROUNDS
     assert runner.rounds_for(1e-7, repeat, block_s=0.0) == repeat
     assert runner.rounds_for(1e-3, 1, block_s=0.01) == 10  # --repeat 1: one block
+
+
+
+def test_rounds_come_from_the_time_of_a_warm_call():
+    """An implementation whose first runs are slow (onnxruntime's second run of a session
+    took 16 times its settled one) gets the rounds of its settled time, so its blocks last
+    the floor as everyone's do; a call longer than the estimate's time is timed once."""
+    calls = []
+
+    def settling():
+        calls.append(None)
+        time.sleep(0.004 if len(calls) <= 2 else 0.0002)
+
+    settled = runner.steady_seconds(settling)  # two slow calls of 25: the median is fast
+    assert settled < 0.002 and len(calls) == runner.ESTIMATE_CALLS
+    assert runner.rounds_for(settled, 15) > 5 * runner.rounds_for(0.004, 15)
+
+    def long_call():
+        time.sleep(runner.ESTIMATE_S * 1.5)
+
+    begun = time.perf_counter()
+    assert runner.steady_seconds(long_call) >= runner.ESTIMATE_S
+    assert time.perf_counter() - begun < runner.ESTIMATE_S * 3  # one call, not 25
 
 
 def test_block_floor_zero_keeps_exactly_repeat_rounds():

@@ -40,6 +40,10 @@ REFERENCE_BUDGET_S = 10.0  # the reference evaluator gets as many rounds as fit 
 # implementation gets the same floor, as it gets the same pauses.
 BLOCK_FLOOR_S = 0.05
 MOST_ROUNDS = 4000  # ... up to this many rounds in all (calls of about 40 us and less)
+# An implementation's rounds come from its time per call once warm: the median of up to
+# this many calls after the warm-up, for up to this long.
+ESTIMATE_CALLS = 25
+ESTIMATE_S = 0.02
 
 
 @dataclass
@@ -71,6 +75,21 @@ def rounds_for(seconds_per_call: float, repeat: int, block_s: float = BLOCK_FLOO
     ``repeat``, and enough that each of its blocks lasts ``block_s``, up to MOST_ROUNDS."""
     floor = math.ceil(passes(repeat) * block_s / max(seconds_per_call, 1e-9))
     return max(repeat, min(MOST_ROUNDS, floor))
+
+
+def steady_seconds(run: Runner) -> float:
+    """``run``'s time per call once warm: the median of up to ESTIMATE_CALLS calls made
+    in ESTIMATE_S (one call, where it takes that long).  The last warm-up call alone was
+    no estimate: onnxruntime's second run of a session took 1.6 ms where its runs settle at
+    0.1 (a batch-1 AveragePool), so its blocks held 31 calls, 3 ms, against the 50 ms floor
+    everyone else's lasted."""
+    times: list[float] = []
+    begun = time.perf_counter()
+    while len(times) < ESTIMATE_CALLS and (not times or time.perf_counter() - begun < ESTIMATE_S):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def _block_sizes(rounds: int, count: int) -> list[int]:
@@ -183,18 +202,16 @@ def run_workload(workload: Workload, repeat: int, threads: int, tick=lambda s: N
     runners[STREAM] = stream_runner(read, written)
 
     # Warm up (numba compiles or loads its cache on the first call); a runner that fails here
-    # is shown as '-' like one that could not be built.  The last warm-up call's time sets
-    # the implementation's rounds (rounds_for), but for --tiny's.
+    # is shown as '-' like one that could not be built.  Its time per call once warm
+    # (steady_seconds) sets the implementation's rounds (rounds_for), but for --tiny's.
     for name, run in list(runners.items()):
         if run is None:
             continue
         try:
             for _ in range(0 if name == REFERENCE else WARMUP_CALLS):  # its estimate warmed it
-                start = time.perf_counter()
                 run()
-                took = time.perf_counter() - start
             if name != REFERENCE and pause_s and block_s:
-                rounds[name] = rounds_for(took, repeat, block_s)
+                rounds[name] = rounds_for(steady_seconds(run), repeat, block_s)
         except Exception as error:
             runners[name] = None
             notes.append(f"{name}: failed: {first_line(error)}")
