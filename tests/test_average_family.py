@@ -800,17 +800,21 @@ def test_nhwc_global_ops(shape, dtype):
 
 
 
+@pytest.mark.parametrize("spatial", [(3, 2), (9, 9)])
 @pytest.mark.parametrize("dtype", [F16, F32, F64])
-def test_nhwc_global_pools_sum_channels_in_blocks_as_the_row_kernel_does(dtype):
+def test_nhwc_global_pools_sum_channels_in_blocks_as_the_row_kernel_does(dtype, spatial):
     """Channels-last GlobalAveragePool and GlobalLpPool sum each sample's positions in
     blocks of POSITION_CHANNELS channels (two whole blocks and a partial one here), within
     the oracle's bound and bit for bit as the row kernel sums a window over every position
-    (the path they took before): NaN and inf, and float32 sums that overflow."""
+    (the path they took up to its 64 taps): NaN and inf, and float32 sums that overflow.
+    81 positions: past the row kernel's window, as position_sums takes them too (but for
+    float64 averages, which keep the windowed sums)."""
     from poolfold.ops import averaging
     from poolfold.kernels.window_rows import POSITION_CHANNELS, window_rows
 
     channels = 2 * POSITION_CHANNELS + 6
-    x = make_data((2, 3, 2, channels), dtype, 41, specials=True)
+    positions = math.prod(spatial)
+    x = make_data((2, *spatial, channels), dtype, 41, specials=True)
     if dtype == F32:
         x[1, :, :, :7] = np.float32(3e38)  # their float32 sums overflow: summed again
     for kind, function, oracle_function in (
@@ -821,9 +825,9 @@ def test_nhwc_global_pools_sum_channels_in_blocks_as_the_row_kernel_does(dtype):
         oracle.assert_within_bound(got, to_nhwc(want),
                                    oracle.BoundInfo(to_nhwc(info.count), to_nhwc(info.maxabs)),
                                    dtype, kind)
-        if kind == "lp" and dtype == F64:
-            continue  # float64 LpPool takes the scaled sums, not the row sums
-        plan = averaging._whole_axis_plan("test", 6)
+        if dtype == F64 and (kind == "lp" or positions > averaging.ROW_MAX_LAST_TAPS):
+            continue  # the scaled sums (float64 LpPool), the windowed sums
+        plan = averaging._whole_axis_plan("test", positions)
         tables = averaging.window_tables(plan, "valid" if kind == "average" else None)
         mode, transform = averaging._sum_mode(kind, 2.0)
         rows = np.empty(got.size, got.dtype)

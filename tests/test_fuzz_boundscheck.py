@@ -83,8 +83,9 @@ PROPERTY_TESTS = [
     *(f"tests/test_average_family.py::test_global_ops[dtype{d}-[2, 2, 5, 6]]" for d in (2, 3)),
     *(f"tests/test_average_family.py::test_nhwc_global_ops[dtype{d}-shape1]" for d in (1, 2)),
     # channels-last global sums in blocks of channels (position_sums), its float64 path
-    "tests/test_average_family.py::"
-    "test_nhwc_global_pools_sum_channels_in_blocks_as_the_row_kernel_does[dtype1]",
+    *("tests/test_average_family.py::"
+      f"test_nhwc_global_pools_sum_channels_in_blocks_as_the_row_kernel_does[dtype1-{s}]"
+      for s in ("spatial0", "spatial1")),
     "tests/test_empty_batches.py::test_global_pools",
 ]
 

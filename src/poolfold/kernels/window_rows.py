@@ -187,6 +187,12 @@ def _shrink(axes):
     taps = 1
     for a in range(axes.shape[1]):
         taps *= axes[KERNEL, a]
+    return _shrink_for(taps)
+
+
+@register_jitable
+def _shrink_for(taps):
+    """A power of two no larger than 1 / ``taps``."""
     shrink = 1.0
     while shrink * taps > 1.0:
         shrink *= 0.5
@@ -583,9 +589,7 @@ def position_sums(x, y, positions, channels, factor, mode, mark, p, start, stop)
     (1,7,7,2048)), which doubled what a call reads and left the sums no cache."""
     blocks = -(-channels // POSITION_CHANNELS)
     acc = _accumulator(min(channels, POSITION_CHANNELS), mark, x)
-    shrink = 1.0  # as _shrink for a window of ``positions`` taps
-    while shrink * positions > 1.0:
-        shrink *= 0.5
+    shrink = _shrink_for(positions)  # as for the row kernel's window of every position
     root = 1.0 / p
     width = np.uint64(channels)
     for item in range(start, stop):
