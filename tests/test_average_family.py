@@ -429,11 +429,14 @@ def test_row_blocks_pitch_and_a_stride_far_beyond_the_row():
 # 2^-47 of the product (window_rows' module doc), where these averages lie at least 2^-28 from
 # a tie.  One float32 factor (1/9 rounded to float32) would miss the nearest value in about a
 # quarter of such outputs, which the contract's bound would still let through.  The plan's
-# table of factors (a block of short rows), rows one at a time (a stride far along the last
-# axis, channels-last), 3-D, count_include_pad, windows cut by padding, float16 (rounded
-# through float32, as the kernel stores it) and many small planes (the lanes).
+# table of factors (a block of short rows, cut windows), its one factor (count_include_pad,
+# or no cut window: a small plane, and one past the table's size), rows one at a time (a
+# stride far along the last axis, channels-last), 3-D, windows cut by padding, float16
+# (rounded through float32, as the kernel stores it) and many small planes (the lanes).
 NEAREST_CASES = [
     Case((1, 3, 7, 7), [3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+    Case((1, 2, 95, 95), [3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+    Case((1, 2, 12, 12), [3, 3], strides=[3, 3]),
     Case((1, 2, 7, 7), [3, 3], strides=[1, 1], pads=[2, 1, 2, 1]),
     Case((1, 2, 5, 40), [3, 3], strides=[1, 13], pads=[1, 1, 1, 1]),
     Case((2, 3, 4, 5, 6), [3, 2, 3], pads=[1, 1, 0, 1, 0, 1]),

@@ -124,6 +124,19 @@ def _scaled_by_table_overload(total, factors, i):
     return lambda total, factors, i: total * factors[0, i]
 
 
+def _scaled_by_pair(total, hi, lo):  # pragma: no cover - replaced by the overload
+    raise NotImplementedError
+
+
+@helper_overload(_scaled_by_pair, inline="always")
+def _scaled_by_pair_overload(total, hi, lo):
+    """:func:`_scaled_by_table` by a table's one entry, read into ``hi`` and ``lo`` (row 0
+    and the last row of a (2, 1) float32 or (1, 1) float64 table)."""
+    if total == types.float32 and hi == types.float32:
+        return lambda total, hi, lo: _fma(total, hi, total * lo)
+    return lambda total, hi, lo: total * hi
+
+
 def _add_rows(acc, to, x, row_at, rows, span, mark, p):  # pragma: no cover - see overload
     raise NotImplementedError
 
@@ -526,10 +539,18 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, plane_factors, posit
             # (1,192,35,35), one thread)
             f0 = np.uint64(b0 * out_last)
             to = np.uint64(y_at)
-            for i in range(np.uint64(count * out_last)):
-                total = sums[i]
-                y[to + i] = narrow_to(_scaled_by_table(total, plane_factors, f0 + i), y)
-                finite &= (total - total) == 0  # inf - inf and NaN - NaN are NaN
+            if plane_factors.shape[1] == 1:  # one factor for every output, in registers
+                hi = plane_factors[0, 0]
+                lo = plane_factors[plane_factors.shape[0] - 1, 0]
+                for i in range(np.uint64(count * out_last)):
+                    total = sums[i]
+                    y[to + i] = narrow_to(_scaled_by_pair(total, hi, lo), y)
+                    finite &= (total - total) == 0
+            else:
+                for i in range(np.uint64(count * out_last)):
+                    total = sums[i]
+                    y[to + i] = narrow_to(_scaled_by_table(total, plane_factors, f0 + i), y)
+                    finite &= (total - total) == 0  # inf - inf and NaN - NaN are NaN
         else:
             for t in range(count):
                 row_scale = outer_scale * axis_inverse[last - 1, b0 + t]

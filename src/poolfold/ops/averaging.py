@@ -106,7 +106,8 @@ class WindowTables(NamedTuple):
     axis_inverse: np.ndarray  # (rank, width) 1 / axis_counts: the divisor's inverse, per axis
     # 2-D plans of at most PLANE_FACTORS_MOST outputs: axis_inverse[0, r] * axis_inverse[1, o]
     # at r * outputs along the last axis + o (the factor the row kernel multiplies a sum
-    # by, as it takes it), as (1, n) float64, else (1, 0)
+    # by, as it takes it), as (1, n) float64; (1, 1) where every output's is the same, of
+    # any 2-D plan; else (1, 0)
     plane_factors: np.ndarray
     # the same factors split in two float32 (window_rows.split_factor), (2, n): float32 sums'
     split_plane_factors: np.ndarray
@@ -282,9 +283,14 @@ def window_tables(plan: WindowPlan, divisor: str | None,
         inverse = 1.0 / table
         axis_inverse = 1.0 / axis_counts
     plane_factors = np.zeros((1, 0), np.float64)
-    if rank == 2 and math.prod(plan.out_shape) <= PLANE_FACTORS_MOST:
-        plane_factors = np.multiply.outer(axis_inverse[0, :plan.out_shape[0]],
-                                          axis_inverse[1, :plan.out_shape[1]]).reshape(1, -1)
+    outputs = [axis_inverse[a, :out] for a, out in enumerate(plan.out_shape)]
+    if rank == 2 and divisor is not None and all(f.size and (f == f[0]).all() for f in outputs):
+        # every output's factor the same (count_include_pad, or no window cut): one entry,
+        # which the row kernel holds in a register (3x3 with pads 1 over (1,192,35,35), one
+        # thread: 128 -> 114 us; a table beside X and Y costs its loads and its cache lines)
+        plane_factors = np.array([[outputs[0][0] * outputs[1][0]]])
+    elif rank == 2 and math.prod(plan.out_shape) <= PLANE_FACTORS_MOST:
+        plane_factors = np.multiply.outer(outputs[0], outputs[1]).reshape(1, -1)
     hi = plane_factors.astype(np.float32)
     with np.errstate(invalid="ignore"):  # inf - inf: an empty window's NaN, as in the kernel
         split_plane_factors = np.concatenate([hi, (plane_factors - hi).astype(np.float32)])
