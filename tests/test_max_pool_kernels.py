@@ -408,6 +408,34 @@ def test_row_blocks_write_y_in_place_or_staged():
               **attributes)
 
 
+def signed_zeros_and_payloads(rng, shape):
+    """float32 values that only window order tells apart: -0.0 and +0.0, NaNs of two
+    payloads, below every one of them -1."""
+    nans = np.array([0x7FC00001, 0xFFC00002], np.uint32).view(np.float32)
+    x = rng.choice(np.array([-1.0, -1.0, 0.0, -0.0], np.float32), shape)
+    x[rng.random(shape) < 0.03] = nans[0]
+    x[rng.random(shape) < 0.03] = nans[1]
+    return x
+
+
+@pytest.mark.parametrize("kernel_shape,attributes", [
+    ([3, 3], dict(strides=[1, 1], pads=[1, 1, 1, 1])),  # rows written in place
+    ([3, 3], dict(strides=[2, 2], pads=[1, 1, 1, 1])),  # rows staged apart
+    ([2, 4], dict(strides=[2, 3])),
+    ([3, 2], dict(strides=[1, 5])),  # a stride past the folds' literals: scanned after
+    ([2, 2, 3], dict(strides=[1, 2, 2])),
+])
+def test_row_blocks_find_zeros_and_nans_again_in_window_order(kernel_shape, attributes):
+    """Folding the leading taps first can pick a later -0.0 over an earlier +0.0, or a
+    later NaN over an earlier one: the row blocks note the zeros and NaNs of the outputs as
+    they store them, and find each such output again in window order (same bits as the
+    oracle, payloads and signs included)."""
+    rng = np.random.default_rng(8)
+    shape = (2, 3) + (7,) * (len(kernel_shape) - 1) + (23,)
+    x = signed_zeros_and_payloads(rng, shape)
+    check(ROW_BLOCKS, x, kernel_shape, **attributes)
+
+
 def short_ladders():
     """The row kernel reduces every last-axis window of two taps or more by its ladder of
     runs (at a stride of at most half the window), in chunks of a few outputs: the paths of

@@ -65,8 +65,8 @@ from numba import njit, types
 
 from . import helper, helper_overload, kernel
 from .folds import beats
-from .simd import (HOLDS_NAN, HOLDS_ZERO, fold_lanes, fold_strided, fold_vectors,
-                   zeros_and_nans)
+from .simd import (HOLDS_NAN, HOLDS_ZERO, fold_lanes, fold_strided, fold_strided_screened,
+                   fold_vectors, zeros_and_nans)
 from .half import HALF_BITS
 from .odometer import next_in_ranges, next_in_shape
 from .ordering import is_nan, order_key
@@ -125,6 +125,23 @@ def fold_at_stride(dst, to, src, at, count, s, k, d):
         fold_strided(dst, to, src, at, count, 4, k, d)
     else:
         _stride_loop(dst, to, src, at, count, s, k, d)
+
+
+@njit(inline="always")
+def fold_at_stride_screened(dst, to, src, at, count, s, k, d):
+    """:func:`fold_at_stride`, and what :func:`poolfold.kernels.simd.zeros_and_nans` reports
+    of what it stored, ``dst[to:to + count]``: noted as it is stored at strides 1 to 4
+    (:func:`poolfold.kernels.simd.fold_strided_screened`), scanned afterwards at others."""
+    if s == 1:
+        return fold_strided_screened(dst, to, src, at, count, 1, k, d)
+    if s == 2:
+        return fold_strided_screened(dst, to, src, at, count, 2, k, d)
+    if s == 3:
+        return fold_strided_screened(dst, to, src, at, count, 3, k, d)
+    if s == 4:
+        return fold_strided_screened(dst, to, src, at, count, 4, k, d)
+    _stride_loop(dst, to, src, at, count, s, k, d)
+    return zeros_and_nans(dst, to, to + count)
 
 
 @njit(inline="always")
@@ -777,13 +794,15 @@ def max_row_blocks(x, y, axes, taps, lead, setup, empty_value, start, stop):
         dst = y_flat if in_place else staged
         where = g0 * out if in_place else 0
         count = (g1 - g0 - 1) * out_pitch + out
-        fold_at_stride(dst, where, folded, 0, count, s, k, d)
+        # the outputs' zeros and NaNs noted as they are stored (a staged block's also
+        # those of the outputs between its rows, which no row keeps: a rare false alarm,
+        # which costs the rows' check below only)
+        found = fold_at_stride_screened(dst, where, folded, 0, count, s, k, d)
         if not in_place:  # each staged row copied as a fold of one tap: in vectors
             for b in range(g1 - g0):
                 one[0] = b * out_pitch
                 fold_vectors(y_flat, (g0 + b) * out, staged, one, 1, out)
         if folding:  # NaNs and zeros of folded rows found again in window order
-            found = zeros_and_nans(y_flat, g0 * out, g1 * out)
             zeros = (found & HOLDS_ZERO) != 0
             nans = (found & HOLDS_NAN) != 0
             # zeros only where the block's input holds a -0.0 (see max_rows)
