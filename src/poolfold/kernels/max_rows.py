@@ -129,8 +129,8 @@ def fold_at_stride(dst, to, src, at, count, s, k, d):
 
 @njit(inline="always")
 def fold_at_stride_screened(dst, to, src, at, count, s, k, d):
-    """:func:`fold_at_stride`, and what :func:`poolfold.kernels.simd.zeros_and_nans` reports
-    of what it stored, ``dst[to:to + count]``: noted as it is stored at strides 1 to 4
+    """:func:`fold_at_stride`, and 1 if a value it stored, ``dst[to:to + count]``, may be a
+    zero or a NaN, else 0: noted as it is stored at strides 1 to 4
     (:func:`poolfold.kernels.simd.fold_strided_screened`), scanned afterwards at others."""
     if s == 1:
         return fold_strided_screened(dst, to, src, at, count, 1, k, d)
@@ -141,7 +141,7 @@ def fold_at_stride_screened(dst, to, src, at, count, s, k, d):
     if s == 4:
         return fold_strided_screened(dst, to, src, at, count, 4, k, d)
     _stride_loop(dst, to, src, at, count, s, k, d)
-    return zeros_and_nans(dst, to, to + count)
+    return 1 if zeros_and_nans(dst, to, to + count) != 0 else 0
 
 
 @njit(inline="always")
@@ -794,15 +794,16 @@ def max_row_blocks(x, y, axes, taps, lead, setup, empty_value, start, stop):
         dst = y_flat if in_place else staged
         where = g0 * out if in_place else 0
         count = (g1 - g0 - 1) * out_pitch + out
-        # the outputs' zeros and NaNs noted as they are stored (a staged block's also
-        # those of the outputs between its rows, which no row keeps: a rare false alarm,
-        # which costs the rows' check below only)
-        found = fold_at_stride_screened(dst, where, folded, 0, count, s, k, d)
+        # whether an output may be a zero or a NaN, noted as they are stored (a staged
+        # block's outputs between its rows too, which no row keeps: a false alarm costs
+        # the scan below only)
+        suspect = fold_at_stride_screened(dst, where, folded, 0, count, s, k, d)
         if not in_place:  # each staged row copied as a fold of one tap: in vectors
             for b in range(g1 - g0):
                 one[0] = b * out_pitch
                 fold_vectors(y_flat, (g0 + b) * out, staged, one, 1, out)
-        if folding:  # NaNs and zeros of folded rows found again in window order
+        if folding and suspect:  # NaNs and zeros of folded rows found again in window order
+            found = zeros_and_nans(y_flat, g0 * out, g1 * out)
             zeros = (found & HOLDS_ZERO) != 0
             nans = (found & HOLDS_NAN) != 0
             # zeros only where the block's input holds a -0.0 (see max_rows)

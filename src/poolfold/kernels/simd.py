@@ -375,51 +375,59 @@ HOLDS_ZERO, HOLDS_NAN = 1, 2
 
 class _Screen:
     """Whether vectors of ``dtype`` (a float type's, or half bits) hold a zero of either sign
-    or a NaN, lane by lane into two masks of ``lanes`` flags; a narrower vector (a fold's
-    short tail) is reduced into lane 0.  :meth:`result` gives HOLDS_ZERO | HOLDS_NAN."""
+    or a NaN, lane by lane into masks of ``lanes`` flags; a narrower vector (a fold's short
+    tail) is reduced into lane 0.  :meth:`result` gives HOLDS_ZERO | HOLDS_NAN, or with
+    ``either`` only whether some value is one or the other (one comparison a vector,
+    "unordered or equal to zero", and one mask)."""
 
-    def __init__(self, builder, dtype, lanes: int):
+    def __init__(self, builder, dtype, lanes: int, either: bool = False):
         self.dtype = dtype
         self.lanes = lanes
+        self.either = either
         self.flags = ir.VectorType(ir.IntType(1), lanes)
-        self.zeros = cgutils.alloca_once_value(builder, ir.Constant(self.flags, [0] * lanes))
-        self.nans = cgutils.alloca_once_value(builder, ir.Constant(self.flags, [0] * lanes))
+        none = ir.Constant(self.flags, [0] * lanes)
+        self.masks = [cgutils.alloca_once_value(builder, none) for _ in range(1 if either else 2)]
 
     def note(self, builder, vector):
         key = _key(builder, self.dtype, vector)
         width = key.type.count
-        is_zero = builder.fcmp_ordered("==", key, ir.Constant(key.type, [0.0] * width))
-        is_nan = builder.fcmp_unordered("uno", key, key)
+        zero = ir.Constant(key.type, [0.0] * width)
+        if self.either:
+            found = [builder.fcmp_unordered("==", key, zero)]
+        else:
+            found = [builder.fcmp_ordered("==", key, zero), builder.fcmp_unordered("uno", key, key)]
         if width != self.lanes:  # any lane, into lane 0
             pick = ir.Constant(ir.IntType(32), 0)
             empty = ir.Constant(self.flags, [0] * self.lanes)
             whole = ir.IntType(width)
-            is_zero, is_nan = (
-                builder.insert_element(empty, builder.icmp_unsigned(
-                    "!=", builder.bitcast(flags, whole), ir.Constant(whole, 0)), pick)
-                for flags in (is_zero, is_nan))
-        builder.store(builder.or_(builder.load(self.zeros), is_zero), self.zeros)
-        builder.store(builder.or_(builder.load(self.nans), is_nan), self.nans)
+            found = [builder.insert_element(empty, builder.icmp_unsigned(
+                "!=", builder.bitcast(flags, whole), ir.Constant(whole, 0)), pick)
+                for flags in found]
+        for mask, flags in zip(self.masks, found):
+            builder.store(builder.or_(builder.load(mask), flags), mask)
 
     def result(self, builder):
         i64 = ir.IntType(64)
 
-        def any_of(pointer):
+        def any_of(pointer, bit):
             bits = builder.bitcast(builder.load(pointer), ir.IntType(self.lanes))
-            return builder.icmp_unsigned("!=", bits, ir.Constant(ir.IntType(self.lanes), 0))
+            held = builder.icmp_unsigned("!=", bits, ir.Constant(ir.IntType(self.lanes), 0))
+            return builder.select(held, ir.Constant(i64, bit), ir.Constant(i64, 0))
 
-        found = builder.select(any_of(self.zeros), ir.Constant(i64, HOLDS_ZERO),
-                               ir.Constant(i64, 0))
-        return builder.or_(found, builder.select(any_of(self.nans), ir.Constant(i64, HOLDS_NAN),
-                                                 ir.Constant(i64, 0)))
+        if self.either:
+            return any_of(self.masks[0], 1)
+        return builder.or_(any_of(self.masks[0], HOLDS_ZERO), any_of(self.masks[1], HOLDS_NAN))
 
 
 @intrinsic(prefer_literal=True)
 def fold_strided_screened(typingctx, dst, to, src, at, count, stride, taps, dilation):
-    """:func:`fold_strided`, and what :func:`zeros_and_nans` would report of the values it
-    stored, noted as they are stored: a scan of them afterwards waited on their stores (a
-    block's outputs freshly written to Y; 3-D 2x2x2 at stride 2 over (2,32,64,64,64), one
-    thread: 0.4 of the kernel's 5.3 ms)."""
+    """:func:`fold_strided`, and 1 if a value it stored is a zero or a NaN, else 0: noted as
+    they are stored, one comparison a vector.  A scan of them afterwards waited on their
+    stores where those missed the cache (a block's outputs freshly written to Y; 3-D 2x2x2
+    at stride 2 over (2,32,64,64,64), one thread: 0.4 of the kernel's 5.3 ms); its two
+    comparisons a vector in the fold itself slowed blocks that stay in cache (3x3 at stride
+    2 over (8,24,55,55), two threads: 83 -> 91 us), where this one does not.  Integer
+    types: 0."""
     if not (_arrays_of(dst, src, _supported) and isinstance(stride, types.IntegerLiteral)):
         return None
     dtype = src.dtype
@@ -428,7 +436,7 @@ def fold_strided_screened(typingctx, dst, to, src, at, count, stride, taps, dila
     def codegen(context, builder, signature, args):
         dst_v, to_v, src_v, at_v, count_v, _, taps_v, dilation_v = args
         floats = not (isinstance(dtype, types.Integer) and dtype not in HALF_BITS)
-        screen = _Screen(builder, dtype, _lanes(dtype)) if floats else None
+        screen = _Screen(builder, dtype, _lanes(dtype), either=True) if floats else None
 
         def offsets(t):
             return builder.add(at_v, builder.mul(t, dilation_v))
