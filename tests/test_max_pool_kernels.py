@@ -427,9 +427,9 @@ def signed_zeros_and_payloads(rng, shape):
 ])
 def test_row_blocks_find_zeros_and_nans_again_in_window_order(kernel_shape, attributes):
     """Folding the leading taps first can pick a later -0.0 over an earlier +0.0, or a
-    later NaN over an earlier one: the row blocks note the zeros and NaNs of the outputs as
-    they store them, and find each such output again in window order (same bits as the
-    oracle, payloads and signs included)."""
+    later NaN over an earlier one: the row blocks note, as they store a block's outputs,
+    whether any may be a zero or a NaN, and find each such output again in window order
+    (same bits as the oracle, payloads and signs included)."""
     rng = np.random.default_rng(8)
     shape = (2, 3) + (7,) * (len(kernel_shape) - 1) + (23,)
     x = signed_zeros_and_payloads(rng, shape)
