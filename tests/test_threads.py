@@ -198,8 +198,8 @@ def test_num_threads_is_read_afresh_each_call(monkeypatch):
 
 @pytest.mark.parametrize("value", ["3", "", " 2 ", "é", "a=b"])
 def test_environment_reads_what_os_environ_holds(monkeypatch, value):
-    """The settings' reader (the C library's getenv on POSIX) sees every write made through
-    os.environ, as os.environ.get does: a value set, changed and removed."""
+    """The settings' reader (os.environ's own dict of bytes on POSIX) sees every write made
+    through os.environ, as os.environ.get does: a value set, changed and removed."""
     name = "POOLFOLD_TEST_SETTING"
     monkeypatch.delenv(name, raising=False)
     assert environment.read(name) is None
