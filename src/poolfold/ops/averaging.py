@@ -525,13 +525,14 @@ def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
     >>> average_pool(np.arange(4.0).reshape(1, 1, 4), [2]).tolist()
     [[[0.5, 1.5, 2.5]]]
     """
-    x, launch = _CALLS.prepared(
-        x, (kernel_shape, strides, pads, dilations),
-        ("AveragePool", auto_pad, ceil_mode, count_include_pad, opset),
-        lambda: prepare_average_pool(
+    key, launch = _CALLS.find(x, (kernel_shape, strides, pads, dilations),
+                              ("AveragePool", auto_pad, ceil_mode, count_include_pad, opset))
+    if launch is None:
+        x, launch = prepare_average_pool(
             schema.resolve("AveragePool", opset), x, kernel_shape, strides=strides, pads=pads,
             dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode,
-            count_include_pad=count_include_pad))
+            count_include_pad=count_include_pad)
+        _CALLS.keep(key, launch)
     return launch(x)
 
 
@@ -573,11 +574,13 @@ def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
     >>> lp_pool(np.array([[[3.0, 4.0]]]), [2]).tolist()
     [[[5.0]]]
     """
-    x, launch = _CALLS.prepared(
-        x, (kernel_shape, strides, pads, dilations), ("LpPool", p, auto_pad, ceil_mode, opset),
-        lambda: prepare_lp_pool(schema.resolve("LpPool", opset), x, kernel_shape, p=p,
-                                strides=strides, pads=pads, dilations=dilations,
-                                auto_pad=auto_pad, ceil_mode=ceil_mode))
+    key, launch = _CALLS.find(x, (kernel_shape, strides, pads, dilations),
+                              ("LpPool", p, auto_pad, ceil_mode, opset))
+    if launch is None:
+        x, launch = prepare_lp_pool(schema.resolve("LpPool", opset), x, kernel_shape, p=p,
+                                    strides=strides, pads=pads, dilations=dilations,
+                                    auto_pad=auto_pad, ceil_mode=ceil_mode)
+        _CALLS.keep(key, launch)
     return launch(x)
 
 
@@ -739,8 +742,10 @@ def global_lp_pool(x, *, p=2, opset=None):
 
 
 def _global_call(op: str, x, opset, p=2):
-    x, launch = _CALLS.prepared(x, (), (op, p, opset),
-                                lambda: prepare_global_pool(schema.resolve(op, opset), x, p=p))
+    key, launch = _CALLS.find(x, (), (op, p, opset))
+    if launch is None:
+        x, launch = prepare_global_pool(schema.resolve(op, opset), x, p=p)
+        _CALLS.keep(key, launch)
     return launch(x)
 
 

@@ -65,10 +65,12 @@ def col2im(x, image_shape, block_shape, *, dilations=None, pads=None, strides=No
     >>> col2im(x, [3, 3], [2, 2])[0, 0].tolist()
     [[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]
     """
-    x, launch = _LAUNCHES.prepared(
-        x, (image_shape, block_shape, dilations, pads, strides), (opset,),
-        lambda: prepare(schema.resolve("Col2Im", opset), x, image_shape, block_shape,
-                        dilations=dilations, pads=pads, strides=strides))
+    key, launch = _LAUNCHES.find(x, (image_shape, block_shape, dilations, pads, strides),
+                                 (opset,))
+    if launch is None:
+        x, launch = prepare(schema.resolve("Col2Im", opset), x, image_shape, block_shape,
+                            dilations=dilations, pads=pads, strides=strides)
+        _LAUNCHES.keep(key, launch)
     return launch(x)
 
 

@@ -116,13 +116,15 @@ def max_pool(
     >>> y[0, 0].tolist(), i[0, 0].tolist()
     ([[5.0, 7.0], [13.0, 15.0]], [[5, 7], [13, 15]])
     """
-    x, launch = _LAUNCHES.prepared(
+    key, launch = _LAUNCHES.find(
         x, (kernel_shape, strides, pads, dilations),
-        (auto_pad, ceil_mode, storage_order, return_indices, opset, _forced()),
-        lambda: prepare(schema.resolve("MaxPool", opset), x, kernel_shape, strides=strides,
-                        pads=pads, dilations=dilations, auto_pad=auto_pad,
-                        ceil_mode=ceil_mode, storage_order=storage_order,
-                        return_indices=return_indices))
+        (auto_pad, ceil_mode, storage_order, return_indices, opset, _forced()))
+    if launch is None:
+        x, launch = prepare(schema.resolve("MaxPool", opset), x, kernel_shape, strides=strides,
+                            pads=pads, dilations=dilations, auto_pad=auto_pad,
+                            ceil_mode=ceil_mode, storage_order=storage_order,
+                            return_indices=return_indices)
+        _LAUNCHES.keep(key, launch)
     y, indices = launch(x)
     return (y, indices) if return_indices else y
 

@@ -51,15 +51,17 @@ def max_pool(
     >>> max_pool(x, [2, 2], strides=[2, 2], activation="Relu")[0, :, :, 0].tolist()
     [[0.0, 0.0], [10.0, 14.0]]
     """
-    x, launch = _CALLS.prepared(
+    key, launch = _CALLS.find(
         x, (kernel_shape, strides, pads, dilations),
         ("MaxPool", auto_pad, ceil_mode, storage_order, return_indices, activation,
-         activation_params, opset),
-        lambda: prepare_max_pool(
+         activation_params, opset))
+    if launch is None:
+        x, launch = prepare_max_pool(
             schema.resolve("MaxPool", opset, schema.NHWC), x, kernel_shape, strides=strides,
             pads=pads, dilations=dilations, auto_pad=auto_pad, ceil_mode=ceil_mode,
             storage_order=storage_order, return_indices=return_indices,
-            activation=activation, activation_params=activation_params))
+            activation=activation, activation_params=activation_params)
+        _CALLS.keep(key, launch)
     y, indices = launch(x)
     return (y, indices) if return_indices else y
 
@@ -151,27 +153,31 @@ def average_pool(x, kernel_shape, *, strides=None, pads=None, dilations=None,
     >>> average_pool(x, [2], strides=[2])[0].tolist()
     [[1.0, 2.0], [5.0, 6.0]]
     """
-    x, launch = _CALLS.prepared(
+    key, launch = _CALLS.find(
         x, (kernel_shape, strides, pads, dilations),
         ("AveragePool", auto_pad, ceil_mode, count_include_pad, activation,
-         activation_params, opset),
-        lambda: averaging.prepare_average_pool(
+         activation_params, opset))
+    if launch is None:
+        x, launch = averaging.prepare_average_pool(
             schema.resolve("AveragePool", opset, schema.NHWC), x, kernel_shape,
             strides=strides, pads=pads, dilations=dilations, auto_pad=auto_pad,
             ceil_mode=ceil_mode, count_include_pad=count_include_pad, activation=activation,
-            activation_params=activation_params))
+            activation_params=activation_params)
+        _CALLS.keep(key, launch)
     return launch(x)
 
 
 def lp_pool(x, kernel_shape, *, p=2, strides=None, pads=None, dilations=None,
             auto_pad="NOTSET", ceil_mode=0, opset=None):
     """Channels-last LpPool (com.ms.internal.nhwc, versions 11 and 18)."""
-    x, launch = _CALLS.prepared(
-        x, (kernel_shape, strides, pads, dilations), ("LpPool", p, auto_pad, ceil_mode, opset),
-        lambda: averaging.prepare_lp_pool(
+    key, launch = _CALLS.find(x, (kernel_shape, strides, pads, dilations),
+                              ("LpPool", p, auto_pad, ceil_mode, opset))
+    if launch is None:
+        x, launch = averaging.prepare_lp_pool(
             schema.resolve("LpPool", opset, schema.NHWC), x, kernel_shape, p=p,
             strides=strides, pads=pads, dilations=dilations, auto_pad=auto_pad,
-            ceil_mode=ceil_mode))
+            ceil_mode=ceil_mode)
+        _CALLS.keep(key, launch)
     return launch(x)
 
 
@@ -192,8 +198,11 @@ def global_lp_pool(x, *, p=2, opset=None):
 
 
 def _global(op: str, x, opset, p=2):
-    x, launch = _CALLS.prepared(x, (), (op, p, opset), lambda: averaging.prepare_global_pool(
-        schema.resolve(op, opset, schema.NHWC), x, p=p))
+    key, launch = _CALLS.find(x, (), (op, p, opset))
+    if launch is None:
+        x, launch = averaging.prepare_global_pool(schema.resolve(op, opset, schema.NHWC), x,
+                                                  p=p)
+        _CALLS.keep(key, launch)
     return launch(x)
 
 
