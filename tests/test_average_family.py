@@ -1172,22 +1172,13 @@ def test_average_pool_matches_torch(shape, kernel, stride, padding, ceil_mode, c
 
 
 def test_global_pools_cap_their_pieces_by_their_work_and_windowed_pools_do_not(monkeypatch):
-    """A global pool tells launch_split its work (one piece a thread for a small call: a
+    """A global pool tells its launch its work (one piece a thread for a small call: a
     piece is a Python call, dear beside a plane's sums); a windowed pool does not (its
     pieces even out the threads)."""
     from poolfold.ops import averaging
 
-    launched = []
-    real = averaging.launch_split
-
-    def spy(kernel, count, *args, **options):
-        launched.append((kernel.__name__ if hasattr(kernel, "__name__") else kernel,
-                         options.get("work")))
-        return real(kernel, count, *args, **options)
-
-    monkeypatch.setattr(averaging, "launch_split", spy)
     monkeypatch.setattr(averaging, "_CALLS", CallCache())
     x = np.ones((1, 100, 13, 13), np.float32)
     np.testing.assert_array_equal(poolfold.global_average_pool(x), np.ones((1, 100, 1, 1)))
     poolfold.average_pool(x, [3, 3])
-    assert [work for _, work in launched] == [100 * 13 * 13, None]
+    assert [launch.bound.work for launch in averaging._CALLS.values()] == [100 * 13 * 13, None]

@@ -117,6 +117,61 @@ def test_the_spinning_thread_takes_pieces():
     assert joined == 5
 
 
+def test_a_bound_launch_runs_natively_from_its_second_call(monkeypatch):
+    """A launch's bound kernel (threads.BoundLaunch): its first threaded call goes through
+    launch_split, which finds the kernel's native entry; the next ones go straight to the
+    spinning threads with the pieces kept, and every call runs each piece once, on the
+    arrays of that call."""
+    if threads._spinning_pool() is None:
+        pytest.skip("no spinning threads")
+    through_python = []
+    real = threads.launch_split
+
+    def spy(*args, **options):
+        through_python.append(args[0])
+        return real(*args, **options)
+
+    monkeypatch.setattr(threads, "launch_split", spy)
+    owners = np.full(64, -1, np.int64)
+    _stamp(np.zeros(64, np.int64), owners, 0, 0)  # compiled for these types
+    bound = threads.BoundLaunch(_stamp, 64, (owners,), 2, None, native_split.Crew())
+    for _ in range(5):
+        y = np.zeros(64, np.int64)  # a new array each call, as a launch's Y
+        owners[:] = -1
+        bound(y)
+        assert np.array_equal(y, np.arange(1, 65))
+        assert len(np.unique(owners)) == 2 * threads.PIECES_PER_THREAD
+    assert through_python == [_stamp]  # the first call only
+    assert bound._native[1] is bound.crew.bounds
+
+
+def test_a_bound_launch_raises_a_pieces_error_and_serves_the_next_call():
+    if threads._spinning_pool() is None:
+        pytest.skip("no spinning threads")
+    y = np.zeros(64, np.int64)
+    _raise_in_a_piece(y, -1, 0, 64)
+    bad = np.zeros(1, np.int64)
+    good = threads.BoundLaunch(_raise_in_a_piece, 64, (-1,), 2, None, native_split.Crew())
+    good(y)
+    good(y)
+    assert good._native is not None and y.sum() == 64
+    failing = threads.BoundLaunch(_raise_in_a_piece, 64, (50,), 2, None, good.crew)
+    with pytest.raises(IndexError, match="piece out of bounds"):
+        failing(bad.repeat(64))
+    y[:] = 0
+    good(y)  # the kept entry and pieces still serve
+    assert y.sum() == 64
+
+
+def test_a_one_part_bound_launch_calls_the_kernel_alone():
+    y = np.zeros(10, np.int64)
+    owners = np.full(10, -1, np.int64)
+    bound = threads.BoundLaunch(_stamp, 10, (owners,), 1, None, native_split.Crew())
+    bound(y)
+    assert y.tolist() == list(range(1, 11)) and set(owners.tolist()) == {0}
+    assert bound._native is None
+
+
 def test_crew_waits_for_the_kernel_to_compile():
     @njit(nogil=True)
     def fresh(y, start, stop):

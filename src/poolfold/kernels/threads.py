@@ -221,6 +221,52 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
     return [result for _, result in sorted(done, key=lambda d: d[0])]
 
 
+class BoundLaunch:
+    """``launch_split(kernel, count, *arrays, *constants, ...)`` with all but the leading
+    ``arrays`` (a call's X and Y) fixed, as a launch repeats it: once a call has run natively
+    the next ones go straight to :meth:`~.handoff.SpinningPool.run_native` with the pieces
+    kept, and a one-part call straight to the kernel.
+
+    A batch-1 call spends as much around its kernel as the kernel's second thread saves:
+    measured, 2 CPUs, MaxPool 3x3 at stride 2 over (1,64,56,56), a half of the kernel
+    16.7 us, the split as one compiled call 19.8, the same through :func:`launch_split`
+    and its checks 23.5 (3.5 us of Python a call).  Anything else (no spinning threads yet,
+    another call holding them, a piece that raised, a kernel that returns a value) takes
+    :func:`launch_split`'s way, which also raises a kernel's error."""
+
+    __slots__ = ("kernel", "count", "constants", "parts", "work", "crew", "_native")
+
+    def __init__(self, kernel, count: int, constants: tuple, parts: int, work: int | None,
+                 crew: native_split.Crew):
+        self.kernel = kernel
+        self.count = count
+        self.constants = constants
+        self.parts = parts
+        self.work = work
+        self.crew = crew
+        self._native = None  # (pool, bounds, results, helpers, address) once one ran natively
+
+    def __call__(self, *arrays) -> None:
+        if self.parts == 1:
+            self.kernel(*arrays, *self.constants, 0, self.count)
+            return
+        native = self._native
+        if native is not None and native[0] is _SPINNING:  # not a forked child's
+            pool, bounds, results, helpers, address = native
+            affinity.steer_workers()
+            if pool.run_native(native_split.run_pieces, bounds, results, helpers, address,
+                               None, (*arrays, *self.constants)) == 0:
+                return
+        launch_split(self.kernel, self.count, *arrays, *self.constants, parts=self.parts,
+                     work=self.work, crew=self.crew)
+        crew = self.crew
+        if (_SPINNING and crew.address and crew.returns is None
+                and crew.kernel is self.kernel
+                and crew.split == (self.count, self.parts, self.work)):
+            self._native = (_SPINNING, crew.bounds, crew.scratch, self.parts - 1,
+                            crew.address)
+
+
 def _piece_count(count: int, parts: int, work: int | None, least: int) -> int:
     """How many pieces a call of ``count`` items on ``parts`` threads is cut into:
     :data:`PIECES_PER_THREAD` a thread, but where ``work`` is known only as many as give

@@ -23,7 +23,7 @@ from ..geometry import WindowPlan
 from ..kernels.activation import IDENTITY
 from ..kernels.native_split import Crew
 from ..kernels.plane_lanes import block_planes, sum_plane_lanes
-from ..kernels.threads import kernel_threads, launch_split, split_parts
+from ..kernels.threads import BoundLaunch, kernel_threads, split_parts
 from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RUN_SUFFIX,
                                   ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
                                   global_max, term_marker, plane_means, plane_sums,
@@ -397,9 +397,14 @@ class _Launch:
             return y
         xs = kernel_rows(x, self.outer, self.value_type)
         ys = as_rows(y, self.outer, self.value_type)
-        launch_split(self.kernel, self.count, *self._arrays(xs, ys), *self.arguments,
-                     parts=self.parts, work=self.work, crew=self.crew)
+        self.bound(*self._arrays(xs, ys))
         return y
+
+    @functools.cached_property
+    def bound(self) -> BoundLaunch:
+        """The kernel with its arguments after X and Y bound, found on the first call."""
+        return BoundLaunch(self.kernel, self.count, self.arguments, self.parts, self.work,
+                           self.crew)
 
     @functools.cached_property
     def value_type(self) -> np.dtype:

@@ -22,7 +22,8 @@ from ..kernels import max_lines as lines
 from ..kernels import max_rows as rows
 from ..kernels.native_split import Crew
 from ..kernels.plane_lanes import block_planes, max_plane_lanes
-from ..kernels.threads import PIECES_PER_THREAD, kernel_threads, launch_split, split_parts
+from ..kernels.threads import (PIECES_PER_THREAD, BoundLaunch, kernel_threads, launch_split,
+                               split_parts)
 from ..kernels.window_max import window_max, window_max_separable, window_max_tiles
 from ..kernels.words import has_words, word_type, words_view
 from ..memory import allocate, check_size, check_table, line_rows
@@ -1242,6 +1243,33 @@ class _PoolLaunch:
             # against two: (1,3,224,224) 0.044-0.053 ms against 0.050-0.056; (1,1,512,512)
             # 0.075 against 0.060; (1,3,320,320) 0.124 against 0.092.
             self.parts = split_parts(self.kernel_planes, work // 2, threads)
+        self.bound = self._bound()
+
+    def _bound(self) -> BoundLaunch | None:
+        """The kernels that take X and Y and then only the plan's tables, those tables
+        bound (:class:`~poolfold.kernels.threads.BoundLaunch`); None for the others."""
+        if self.planes == 0:
+            return None
+        empty = self.tables[-1]
+        if self.kernel in (ROWS, ROW_BLOCKS):
+            tables = self.rows
+            kernel, count = (rows.max_rows if self.kernel == ROWS else rows.max_row_blocks,
+                             tables.items)
+            constants = (tables.axes, tables.taps, tables.lead, tables.setup, empty)
+            if self.kernel == ROWS:
+                constants += (tables.long_windows,)
+        elif self.kernel == LINES:
+            tables = self.lines
+            kernel, count = lines.max_lines, tables.items
+            constants = (tables.dims, tables.first, tables.lo, tables.hi, tables.setup,
+                         tables.runs, tables.lead_first, tables.lead_starts, empty)
+        elif self.kernel == PLANE_LANES:
+            starts, tap_first, block, row_fold, blocks = self.lanes
+            kernel, count = max_plane_lanes, blocks
+            constants = (starts, tap_first, block, row_fold, empty)
+        else:
+            return None
+        return BoundLaunch(kernel, count, constants, self.parts, self.work, self.crew)
 
     def __call__(self, x: np.ndarray):
         y = allocate(self.label, "Y", self.out_shape, self.dtype, size_checked=True)
@@ -1254,48 +1282,19 @@ class _PoolLaunch:
         index_rows = indices.reshape(planes, -1) if indices is not None else None
         ys = as_rows(y, planes, self.value_type)
         kernel = self.kernel
-        if kernel == TILES:
+        bound = self.bound
+        if bound is not None:
+            if self.ready or self._ready(bound.kernel, (xs, ys, *bound.constants)):
+                bound(xs, ys)
+            else:
+                kernel = self._stand_in(xs, ys, index_rows)
+        elif kernel == TILES:
             slices = self.kernel_planes  # planes, or slices of them (see __init__)
             if slices != planes:
                 xs, ys = xs.reshape(slices, -1), ys.reshape(slices, -1)
                 index_rows = index_rows.reshape(slices, -1) if index_rows is not None else None
             launch_split(window_max_tiles, slices, xs, ys, index_rows, *self.dims,
                          xs.view(self.words), parts=self.parts, work=self.work, crew=self.crew)
-        elif kernel == ROWS:
-            tables = self.rows
-            arguments = (xs, ys, tables.axes, tables.taps, tables.lead, tables.setup,
-                         self.tables[-1], tables.long_windows)
-            if self.ready or self._ready(rows.max_rows, arguments):
-                launch_split(rows.max_rows, tables.items, *arguments, parts=self.parts,
-                             work=self.work, crew=self.crew)
-            else:
-                kernel = self._stand_in(xs, ys, index_rows)
-        elif kernel == ROW_BLOCKS:
-            tables = self.rows
-            arguments = (xs, ys, tables.axes, tables.taps, tables.lead, tables.setup,
-                         self.tables[-1])
-            if self.ready or self._ready(rows.max_row_blocks, arguments):
-                launch_split(rows.max_row_blocks, tables.items, *arguments, parts=self.parts,
-                             work=self.work, crew=self.crew)
-            else:
-                kernel = self._stand_in(xs, ys, index_rows)
-        elif kernel == LINES:
-            tables = self.lines
-            arguments = (xs, ys, tables.dims, tables.first, tables.lo, tables.hi, tables.setup,
-                         tables.runs, tables.lead_first, tables.lead_starts, self.tables[-1])
-            if self.ready or self._ready(lines.max_lines, arguments):
-                launch_split(lines.max_lines, tables.items, *arguments, parts=self.parts,
-                             work=self.work, crew=self.crew)
-            else:
-                kernel = self._stand_in(xs, ys, index_rows)
-        elif kernel == PLANE_LANES:
-            starts, tap_first, block, row_fold, blocks = self.lanes
-            arguments = (xs, ys, starts, tap_first, block, row_fold, self.tables[-1])
-            if self.ready or self._ready(max_plane_lanes, arguments):
-                launch_split(max_plane_lanes, blocks, *arguments, parts=self.parts,
-                             work=self.work, crew=self.crew)
-            else:
-                kernel = self._stand_in(xs, ys, index_rows)
         elif kernel == PASSES:
             tables = self.passes
             words = xs.reshape(-1).view(self.words) if tables.words else self.no_words
