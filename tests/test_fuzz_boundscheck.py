@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -217,6 +218,8 @@ STRIDED_ROW_BLOCKS = [
     ((1, 2, 15, 20), [3, 5], [3, 5], None, "average", None, np.float32),  # a stride of 5
     ((1, 2, 6, 8, 8), [2, 3, 2], [2, 2, 2], None, "lp", 2, np.float32),
     ((1, 2, 12, 12), [3, 3], [2, 2], [1, 1, 0, 0], "average", None, np.float16),
+    # half rows summed in vectors into the float32 accumulator
+    ((1, 2, 9, 11), [5, 5], [1, 1], [2, 2, 2, 2], "average", None, ml_dtypes.bfloat16),
     # rows the stride does not divide: a block's rows at a pitch rounded up to it
     ((2, 3, 13, 13), [3, 3], [2, 2], [1, 1, 1, 1], "average", None, np.float32),
     ((1, 2, 11, 16), [5, 5], [3, 3], [2, 2, 2, 2], "lp", 2, np.float32),

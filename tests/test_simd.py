@@ -17,8 +17,8 @@ from numba import literal_unroll, njit
 from kernel_types import kernel_types
 from poolfold import dtypes
 from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, UNROLL, fold_strided, fold_taps,
-                                  fold_vectors, sum_strided, transpose_tile, vector_width,
-                                  zeros_and_nans)
+                                  fold_vectors, sum_strided, sum_vectors, transpose_tile,
+                                  vector_width, zeros_and_nans)
 
 TYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8")
 
@@ -249,6 +249,48 @@ def test_sum_strided_adds_left_to_right(dtype, stride):
             _sum_strided(dst, to, x, at, count, stride, taps, dilation)
             assert dst.tobytes() == expected_sums(x, MOST + 5, to, at, count, stride, taps,
                                                   dilation), (dtype, stride, count, taps)
+
+
+@njit
+def _sum_vectors(dst, to, src, starts, taps, count):
+    sum_vectors(dst, to, src, starts, taps, count)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_sum_vectors_adds_rows_left_to_right(dtype):
+    """Rows that start anywhere summed element by element in row order, bit for bit as a
+    loop per row: in X's own type, or for float16 and bfloat16 in float32, each value
+    widened exactly (the row kernel's accumulator)."""
+    rng = np.random.default_rng(len(dtype))
+    size = 4 * MOST + 40
+    values = rng.standard_normal(size) * 10.0 ** rng.integers(-6, 7, size)
+    values[rng.random(size) < 0.02] = np.inf
+    values[rng.random(size) < 0.02] = -np.inf
+    values[rng.random(size) < 0.02] = np.nan
+    with np.errstate(over="ignore"):  # float16's range is 65504
+        x = values.astype(getattr(ml_dtypes, dtype, None) or dtype)
+    half = x.dtype.itemsize == 2
+    sum_type = np.float32 if half else x.dtype.type
+    widened = x.astype(np.float32) if half else x
+    bits = x.view(dtypes.value_type(x.dtype)) if half else x
+    for count in COUNTS:
+        for taps in (1, 2, 3, 7):
+            starts = np.sort(rng.integers(0, size - count, taps)).astype(np.int64)
+            to = int(rng.integers(0, 5))
+            dst = np.zeros(MOST + 5, sum_type)
+            _sum_vectors(dst, to, bits, starts, taps, count)
+            want = np.zeros(MOST + 5, sum_type)
+            with np.errstate(invalid="ignore"):  # inf + -inf
+                for i in range(count):
+                    total = widened[starts[0] + i]
+                    for t in range(1, taps):
+                        total = sum_type(total + widened[starts[t] + i])
+                    want[to + i] = total
+            # bit for bit, but a NaN's sign: inf + -inf makes the CPU's default NaN, and
+            # which of two NaNs a sum keeps depends on its operands' order in registers
+            nan = np.isnan(want)
+            assert np.array_equal(np.isnan(dst), nan), (dtype, count, taps)
+            assert dst[~nan].tobytes() == want[~nan].tobytes(), (dtype, count, taps)
 
 
 @njit

@@ -170,15 +170,21 @@ UNROLL = 4
 
 
 def _vector_folds(context, builder, dst_type, dst, to, src_type, src, offsets, taps, count,
-                  stride, combine=_fold_in, screen=None):
+                  stride, combine=_fold_in, screen=None, widen=False):
     """The shared body: ``dst[to + i]`` = the taps t < taps of ``src[offsets(t) + i*stride]``
     for i < count, combined in tap order by ``combine(builder, dtype, held, v)``: the first
     maximum, or a sum.  ``screen`` (a :class:`_Screen`): the stored values' zeros and NaNs
-    noted as they are stored."""
+    noted as they are stored.  ``widen``: half bits combined and stored as float32 (their
+    :func:`_key`), ``dst`` a float32 array."""
     dtype = src_type.dtype
     lanes = _lanes(dtype)
     i64 = ir.IntType(64)
     element_type = context.get_data_type(dtype)
+    held_type = context.get_data_type(dst_type.dtype) if widen else element_type
+
+    def picked(at, width):
+        v = _picked(builder, src_base, at, stride, width, element_type)
+        return _key(builder, dtype, v) if widen else v
     src_base = _pointer(context, builder, src_type, src)
     dst_base = _pointer(context, builder, dst_type, dst)
     src_size = context.make_array(src_type)(context, builder, src).nitems
@@ -187,7 +193,7 @@ def _vector_folds(context, builder, dst_type, dst, to, src_type, src, offsets, t
 
     def fold_at(starts, width):
         """Fold the vectors of ``width`` lanes whose first elements are ``starts``."""
-        vector_type = ir.VectorType(element_type, width)
+        vector_type = ir.VectorType(held_type, width)
         held = [cgutils.alloca_once(builder, vector_type) for _ in starts]
         steps = [builder.mul(i, ir.Constant(i64, stride)) for i in starts]
         first = offsets(zero)
@@ -195,15 +201,13 @@ def _vector_folds(context, builder, dst_type, dst, to, src_type, src, offsets, t
         for h, step in zip(held, steps):
             _check(context, builder, builder.add(first, step),
                    builder.add(builder.add(first, step), reach), src_size)
-            builder.store(_picked(builder, src_base, builder.add(first, step), stride,
-                                  width, element_type), h)
+            builder.store(picked(builder.add(first, step), width), h)
         with cgutils.for_range_slice(builder, one, taps, one, intp=i64) as (t, _):
             at = offsets(t)
             for h, step in zip(held, steps):
                 _check(context, builder, builder.add(at, step),
                        builder.add(builder.add(at, step), reach), src_size)
-                v = _picked(builder, src_base, builder.add(at, step), stride, width,
-                            element_type)
+                v = picked(builder.add(at, step), width)
                 builder.store(combine(builder, dtype, builder.load(h), v), h)
         for h, i in zip(held, starts):
             _check(context, builder, builder.add(to, i),
@@ -260,7 +264,7 @@ def _vector_folds(context, builder, dst_type, dst, to, src_type, src, offsets, t
                 ragged(lanes // 2)
 
 
-def _over_starts(combine):
+def _over_starts(combine, widen=False):
     """The codegen of a fold over taps that start at ``starts[t]`` (consecutive outputs)."""
     def codegen(context, builder, signature, args):
         dst_v, to_v, src_v, starts_v, taps_v, count_v = args
@@ -270,7 +274,7 @@ def _over_starts(combine):
             return builder.load(builder.gep(starts_base, [t]))
 
         _vector_folds(context, builder, signature.args[0], dst_v, to_v, signature.args[2],
-                      src_v, offsets, taps_v, count_v, 1, combine)
+                      src_v, offsets, taps_v, count_v, 1, combine, widen=widen)
         return context.get_dummy_value()
 
     return codegen
@@ -335,11 +339,15 @@ def sum_strided(typingctx, dst, to, src, at, count, stride, taps, dilation):
 @intrinsic
 def sum_vectors(typingctx, dst, to, src, starts, taps, count):
     """``dst[to + i]`` = ``src[starts[0] + i]`` + ``src[starts[t] + i]`` for the taps t <
-    ``taps`` after it, added left to right, for i < ``count``; float32 or float64."""
-    if not _arrays_of(dst, src, _floats):
+    ``taps`` after it, added left to right, for i < ``count``; float32 or float64, or float16
+    or bfloat16 bits summed into float32 (each value widened exactly, as
+    :func:`poolfold.kernels.half.as_float32` does, and added in float32)."""
+    widen = (isinstance(src, types.Array) and src.dtype in HALF_BITS
+             and isinstance(dst, types.Array) and dst.dtype == types.float32)
+    if not (widen or _arrays_of(dst, src, _floats)):
         return None
     return (types.void(dst, types.int64, src, starts, types.int64, types.int64),
-            _over_starts(_add))
+            _over_starts(_add, widen))
 
 
 @intrinsic

@@ -42,7 +42,7 @@ from numba import njit, types
 from numba.extending import intrinsic, register_jitable
 
 from . import helper_overload
-from .half import narrow_to
+from .half import HALF_BITS, narrow_to
 from .odometer import next_in_ranges
 from .simd import sum_strided, sum_vectors
 from .window_sum import (AVERAGE, DILATION, KERNEL, N, OUT, STRIDE, UNCUT_HI, UNCUT_LO,
@@ -149,10 +149,13 @@ def _add_rows(acc, to, x, row_at, rows, span, mark, p):  # pragma: no cover - se
 def _add_rows_overload(acc, to, x, row_at, rows, span, mark, p):
     """``acc[to + i]`` = the terms of ``x[row_at[r] + i]`` over the rows r < ``rows`` added
     in order, for i < ``span``: in explicit vectors
-    (:func:`poolfold.kernels.simd.sum_vectors`) where the terms are the values themselves in
-    the accumulator's type (AveragePool of float32 or float64), else a loop per row
-    (widening or powering each element)."""
-    if mark.dtype == types.int8 and x.dtype == acc.dtype:
+    (:func:`poolfold.kernels.simd.sum_vectors`) where the terms are the values themselves
+    (AveragePool: float32 or float64, or float16 and bfloat16 widened to the float32
+    accumulator as they are loaded), else a loop per row (LpPool's powers of each element).
+    The vectors hold every row's sum in registers, where the loop loads and stores the
+    accumulator once a row: bfloat16 7x7 over (4,16,256,256) took 1.28x float32's time the
+    loop's way."""
+    if mark.dtype == types.int8 and (x.dtype == acc.dtype or x.dtype in HALF_BITS):
         def in_vectors(acc, to, x, row_at, rows, span, mark, p):
             sum_vectors(acc, to, x, row_at, rows, span)
         return in_vectors
