@@ -41,9 +41,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import kernel
-from .handoff import (ACTIVE, CLAIMS, ENTRY, ERROR, FRAME, HELPERS, OPEN, _load_acquire,
-                      _pause, call_entry, fetch_add, load_sequential, publish,
-                      store_sequential)
+from .handoff import (ACTIVE, CLAIMS, ENTRY, ERROR, FRAME, HELPERS, OPEN, YIELD_PAUSES,
+                      _load_acquire, _pause, _yield_core, call_entry, fetch_add,
+                      load_sequential, publish, store_sequential)
 
 
 def _unshared(context, builder, kind, value):
@@ -168,8 +168,12 @@ def run_pieces(flags, call, bounds, results, helpers, address, returns, *argumen
     publish(flags, call)  # every store above is seen by a thread that sees this
     call_entry(entry, frame)  # this thread's pieces
     store_sequential(flags, OPEN, -1)  # no thread joins from here on ...
+    waits = 0
     while load_sequential(flags, ACTIVE) != 0:  # ... and those that joined are done with it
         _pause()
+        waits += 1
+        if waits % YIELD_PAUSES == 0:  # a thread that joined on this core runs its piece
+            _yield_core()
     return _load_acquire(flags, ERROR)
 
 
