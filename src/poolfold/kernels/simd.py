@@ -181,15 +181,16 @@ def _vector_folds(context, builder, dst_type, dst, to, src_type, src, offsets, t
     i64 = ir.IntType(64)
     element_type = context.get_data_type(dtype)
     held_type = context.get_data_type(dst_type.dtype) if widen else element_type
-
-    def picked(at, width):
-        v = _picked(builder, src_base, at, stride, width, element_type)
-        return _key(builder, dtype, v) if widen else v
     src_base = _pointer(context, builder, src_type, src)
     dst_base = _pointer(context, builder, dst_type, dst)
     src_size = context.make_array(src_type)(context, builder, src).nitems
     dst_size = context.make_array(dst_type)(context, builder, dst).nitems
     zero, one = ir.Constant(i64, 0), ir.Constant(i64, 1)
+
+    def picked(at, width):
+        """The source's vector at ``at`` (half bits widened with ``widen``)."""
+        v = _picked(builder, src_base, at, stride, width, element_type)
+        return _key(builder, dtype, v) if widen else v
 
     def fold_at(starts, width):
         """Fold the vectors of ``width`` lanes whose first elements are ``starts``."""
