@@ -16,9 +16,9 @@ from numba import literal_unroll, njit
 
 from kernel_types import kernel_types
 from poolfold import dtypes
-from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, UNROLL, fold_strided, fold_taps,
-                                  fold_vectors, sum_strided, sum_vectors, transpose_tile,
-                                  vector_width, zeros_and_nans)
+from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, UNROLL, fold_pair, fold_strided,
+                                  fold_taps, fold_vectors, sum_strided, sum_vectors,
+                                  transpose_tile, vector_width, zeros_and_nans)
 
 TYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8")
 
@@ -41,6 +41,11 @@ def _fold_taps(dst, to, src, starts, first, taps, count, no_nan):
         fold_taps(dst, to, src, starts, first, taps, count, True)
     else:
         fold_taps(dst, to, src, starts, first, taps, count, False)
+
+
+@njit
+def _fold_pair(dst, to, first, first_at, second, second_at, count):
+    fold_pair(dst, to, first, first_at, second, second_at, count)
 
 
 @njit
@@ -129,6 +134,25 @@ def test_fold_vectors_keeps_the_first_maximum(dtype, taps):
         got = run_fold_vectors(x, MOST + 5, to, starts, count)
         assert got == expected(x, MOST + 5, to, starts, count, 1), (dtype, taps, count,
                                                                     starts)
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+def test_fold_pair_keeps_the_first_of_two_arrays(dtype):
+    """``fold_pair`` folds an element of one array then one of another, at every ragged
+    count, and in place (the destination the first source, the elements apart), as running
+    maxima do."""
+    x, y = values(dtype, 2 * MOST + 40, seed=7), values(dtype, 2 * MOST + 40, seed=8)
+    xv, yv = dtypes.value_view(x), dtypes.value_view(y)
+    both = np.concatenate([x, y])
+    for count in COUNTS:
+        dst = np.zeros(MOST + 5, xv.dtype)
+        _fold_pair(dst, 3, xv, 5, yv, 11, count)
+        want = expected(both, MOST + 5, 3, [5, x.size + 11], count, 1)
+        assert dst.view(np.uint8).tobytes() == want, (dtype, count)
+        run = xv.copy()  # run[m] = fold(run[m - c], y[m]): the prefix step, in place
+        _fold_pair(run, count + 2, run, 2, yv, 11, count)
+        want = expected(both, count, 0, [2, x.size + 11], count, 1)
+        assert run[count + 2:2 * count + 2].view(np.uint8).tobytes() == want, (dtype, count)
 
 
 @pytest.mark.parametrize("dtype", TYPES)
@@ -340,6 +364,10 @@ def test_a_fold_past_the_array_raises_under_bounds_checking():
     with pytest.raises(IndexError):  # transpose_tile: the last row loaded ends at x[40]
         _transpose_tile(np.zeros(width * width, np.float32), 0, width, width, x,
                         40 - width + 1 - 1 * 0, 0, 1)
+    with pytest.raises(IndexError):  # fold_pair: the second source's last element is x[40]
+        _fold_pair(np.zeros(40, np.float32), 0, x, 0, x, 1, 40)
+    with pytest.raises(IndexError):  # ...and its destination one short
+        _fold_pair(np.zeros(39, np.float32), 0, x, 0, x, 0, 40)
     with pytest.raises(IndexError):  # ...and a column stored one past the destination
         _transpose_tile(np.zeros(width * width - 1, np.float32), 0, width, width, x, 0, 1, 1)
 

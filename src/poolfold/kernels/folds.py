@@ -31,6 +31,7 @@ from numba import njit
 
 from . import helper
 from .ordering import order_key
+from .simd import fold_pair
 from .words import EVEN_IS_HIGH, element_of_word
 
 
@@ -321,11 +322,7 @@ def prefix_runs(run, run_at, src, src_at, at, n, inner, k, d):
                 for i in range(inner):
                     run_at[u(here + i)] = src_at[u(row + i)]
         elif run_at is None:
-            back = here - d * inner
-            for i in range(inner):
-                h = run[u(back + i)]
-                v = src[u(row + i)]
-                run[u(here + i)] = v if beats(v, h) else h
+            fold_pair(run, here, run, here - d * inner, src, row, inner)
         else:
             back = here - d * inner
             for i in range(inner):
@@ -357,11 +354,7 @@ def suffix_runs(run, run_at, to, src, src_at, at, n, inner, k, d):
                 for i in range(inner):
                     run_at[u(here + i)] = src_at[u(row + i)]
         elif run_at is None:
-            ahead = here + d * inner
-            for i in range(inner):
-                h = src[u(row + i)]
-                v = run[u(ahead + i)]
-                run[u(here + i)] = v if beats(v, h) else h
+            fold_pair(run, here, src, row, run, here + d * inner, inner)
         else:
             ahead = here + d * inner
             for i in range(inner):
