@@ -45,7 +45,9 @@ from numba import types
 from . import helper, helper_overload, kernel, read_only
 from .folds import (fill, fill_column, fold, fold_column, fold_rows, fold_strided_rows,
                     fold_word_rows, prefix_runs, suffix_runs)
-from .lanes import from_lanes, lane_count, to_lanes
+from .lanes import (evenly_spaced, from_lanes, from_lanes_tiled, lane_count, to_lanes,
+                    to_lanes_tiled)
+from .simd import vector_width
 from .words import element_bits
 
 # Rows of the per-axis table ``axes`` (one value per spatial axis in each).
@@ -257,11 +259,17 @@ def _lanes_pass(x, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi, sh
     and turned back into rows.  The lanes are in the stride's phases, but for van Herk runs,
     which read positions in order."""
     width = lane_count(x)
+    side = vector_width(x)
     phases = 1 if van_herk else s
     outputs = o_e - o_b
+    # values alone in one phase go through tiles transposed in registers (lanes.py)
+    tiles_in = lanes_at is None and phases == 1 and n >= side
     for g in range(0, rows, width):
         group = min(width, rows - g)
-        to_lanes(x, base + g * n, group, n, lanes, lanes_at, phases)
+        if tiles_in:
+            to_lanes_tiled(x, base + g * n, group, n, lanes)
+        else:
+            to_lanes(x, base + g * n, group, n, lanes, lanes_at, phases)
         result = starts[2, :1]  # where _run_pass puts the lanes' outputs
         result[0] = lane_capacity
         # the lanes read as the passes read x: the folds compile once for both.  The lanes'
@@ -271,8 +279,12 @@ def _lanes_pass(x, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi, sh
         _run_pass(read_only(lanes), lanes_at, 1, n, width, phases, first, lo, hi, k, s, d,
                   uncut_lo, uncut_hi, shift, o_b, o_e, run, run_at, van_herk, lanes, lanes_at,
                   result, 0, starts, empty_value)
-        from_lanes(lanes[lane_capacity:], _tail(lanes_at, lane_capacity), outputs, group, dst,
-                   dst_at, targets[g:g + group], targets[g:g + group])
+        even, pitch = evenly_spaced(targets[g:g + group], group)
+        if lanes_at is None and even and outputs >= side:
+            from_lanes_tiled(lanes[lane_capacity:], outputs, group, dst, targets[g], pitch)
+        else:
+            from_lanes(lanes[lane_capacity:], _tail(lanes_at, lane_capacity), outputs, group,
+                       dst, dst_at, targets[g:g + group], targets[g:g + group])
 
 
 @helper
