@@ -26,7 +26,7 @@ from kernel_types import kernel_types
 import poolfold
 from poolfold.kernels import max_rows as rows_module
 from poolfold.ops import max_pool as max_pool_module
-from poolfold.ops.max_pool import (DIRECT, LINES, PASSES, PLANE_LANES, ROW_BLOCKS, ROWS,
+from poolfold.ops.max_pool import (DIRECT, LINES, PASSES, PLANE_LANES, ROW_BLOCKS, ROWS, RUNS,
                                    SEPARABLE, TILES, forced_kernel)
 
 DTYPES = [np.dtype(t) for t in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16,
@@ -37,7 +37,7 @@ GENERAL = [PASSES, DIRECT]
 # ...and the kernel that pools any channels-first plan without Indices.
 PLAIN = [ROWS]
 # The kernels that pool without Indices only.
-WITHOUT_INDICES = (ROWS, ROW_BLOCKS, LINES, PLANE_LANES)
+WITHOUT_INDICES = (ROWS, ROW_BLOCKS, LINES, PLANE_LANES, RUNS)
 
 
 @contextlib.contextmanager
@@ -279,6 +279,95 @@ def test_plane_lanes_forced_match_oracle(call):
     check_plane_lanes(x, kernel_shape, **attributes)
 
 
+def runs_fit(x, kernel_shape, attributes) -> bool:
+    return max_pool_module.runs_fit(plan_of(x, kernel_shape, attributes))
+
+
+@settings(max_examples=150)
+@given(call=calls())
+def test_runs_forced_match_oracle(call):
+    """The streamed running maxima on every plan they take (all but dilated ones): ranks
+    1-4, windows longer than their axis, cut and empty windows, strides beyond the window,
+    sides shorter than a transposed tile."""
+    x, kernel_shape, attributes = call
+    check_or_fallback(RUNS, runs_fit(x, kernel_shape, attributes), x, kernel_shape,
+                      **attributes)
+
+
+def small_runs_slabs(slab_bytes):
+    """``max_runs`` cuts planes into slabs of at most ``slab_bytes`` (a few rows)."""
+    module = max_pool_module
+    return patched([(module, "RUNS_SLAB_BYTES", slab_bytes)],
+                   (module.runs_tables, module._pool_launch, module.choose_kernel))
+
+
+# Sides of a transposed tile and more (16 float32 with AVX-512, the last tile overlapping),
+# windows over several blocks of rows, cut by pads before and after, longer than the axis,
+# padding-only windows, ceil_mode, strides up to the window; 1-D blocks of rows; 3-D and 4-D.
+RUNS_CASES = [
+    ((2, 3, 40, 37), [17, 17], dict(auto_pad="SAME_UPPER")),
+    ((1, 2, 50, 20), [20, 5], dict(strides=[2, 1], pads=[3, 1, 4, 2], ceil_mode=True)),
+    ((1, 1, 19, 70), [3, 31], dict(strides=[1, 4])),
+    ((1, 2, 33, 18), [40, 9], dict(pads=[20, 4, 19, 4])),  # windows longer than the axis
+    ((1, 1, 20, 24), [16, 16], dict(pads=[18, 17, 18, 17])),  # padding-only windows
+    ((1, 3, 70, 48), [33, 1], dict(auto_pad="SAME_LOWER")),  # the last axis left as it is
+    ((1, 2, 64, 48), [1, 25], dict(strides=[1, 8])),
+    ((300, 1, 45), [24], dict(auto_pad="SAME_UPPER")),  # 1-D: blocks of rows
+    ((2, 3, 12, 10, 19), [9, 4, 7], dict(strides=[1, 2, 3], auto_pad="SAME_LOWER")),
+    ((1, 2, 5, 6, 7, 20), [3, 4, 2, 12], dict(pads=[1, 2, 0, 5, 2, 3, 1, 6])),
+]
+
+
+def signed_ties(rng, shape, dtype):
+    """Negative values and zeros of both signs, so that most maxima are a zero whose sign
+    shows which tap was kept, and a few NaNs of two payloads (a float type's)."""
+    x = rng.choice(np.array([-2.0, -1.0, 0.0, -0.0]), shape).astype(dtype)
+    if dtype.kind in "iu":
+        return x
+    bits = x.view(np.dtype(f"u{dtype.itemsize}"))
+    nan = np.array(np.nan, dtype).view(bits.dtype)
+    where = rng.random(shape)
+    bits[where < 0.004] = nan
+    bits[where < 0.002] = nan | 1  # another payload
+    return x
+
+
+@pytest.mark.parametrize("values_kind", ["nan", "no-nan", "signed-ties"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("shape, kernel_shape, attributes", RUNS_CASES)
+def test_runs_match_oracle(shape, kernel_shape, attributes, dtype, values_kind):
+    """Long windows by streamed running maxima, bit for bit: the first maximum in window
+    order, NaNs and zeros of both signs included, whole planes and slabs of a few rows."""
+    rng = np.random.default_rng(zlib.crc32(f"{shape}-{kernel_shape}-{values_kind}".encode()))
+    if values_kind == "signed-ties":
+        x = signed_ties(rng, shape, dtype)
+    else:
+        x = values(rng, shape, dtype, nan_rate=0.02 if values_kind == "nan" else 0.0)
+    check(RUNS, x, kernel_shape, **attributes)
+    with small_runs_slabs(4 * x.dtype.itemsize * shape[-1]):
+        check(RUNS, x, kernel_shape, **attributes)
+
+
+def test_runs_cut_planes_into_slabs_and_rows_into_blocks():
+    """Large planes are cut into slabs of output rows, enough that neighbouring slabs share at
+    most a third of their rows; few planes into as many slabs as the threads need; 1-D rows
+    go in blocks."""
+    spec = poolfold.schema.resolve("MaxPool", None)
+
+    def tables(shape, kernel_shape, parts=1):
+        plan = max_pool_module.resolve_plan(spec, shape, kernel_shape, None, None, None,
+                                            "SAME_UPPER", False)
+        return max_pool_module.runs_tables("MaxPool", plan, shape[0] * shape[1], 4, parts)
+
+    big = tables((1, 1, 2048, 2048), [63, 63])
+    rows = big.setup[max_pool_module.runs.ROWS_PER_ITEM]
+    assert rows >= 2 * 62 and big.items == -(-2048 // rows)
+    assert tables((4, 16, 256, 256), [31, 31]).items == 64  # a plane an item
+    assert tables((1, 2, 256, 256), [31, 31], parts=2).items > 2  # slabs for the threads
+    one_d = tables((4, 512, 256), [63])
+    assert one_d.setup[max_pool_module.runs.PLANES_PER_ITEM] > 16 and one_d.items < 2048
+
+
 # Planes across blocks (64 float32, 32 float64 at a time; the last block partly filled),
 # planes and outputs shorter and longer than a tile (16 float32), windows cut and empty.
 PLANE_LANES_CASES = [
@@ -494,6 +583,21 @@ def test_long_windows_match_oracle(length, kernel_shape, attributes, dtype):
     check(ROWS, x, kernel_shape, **attributes)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("shape, kernel_shape, attributes", [
+    ((1, 37, 150), [40], dict(dilations=[2], pads=[10, 20])),
+    ((2, 3, 21, 50), [3, 20], dict(dilations=[1, 2], auto_pad="SAME_UPPER")),
+    ((1, 70, 17), [9], dict(pads=[4, 4])),  # rows of a vector and a bit
+])
+def test_long_windows_through_lane_tiles(shape, kernel_shape, attributes, dtype):
+    """The passes turn rows into lanes by tiles transposed in registers (values alone):
+    groups of more rows than a tile's side (half types: two tiles a group), the last group
+    partly filled, rows and outputs just longer than a tile."""
+    rng = np.random.default_rng(zlib.crc32(f"{shape}-{kernel_shape}".encode()))
+    x = values(rng, shape, dtype, nan_rate=0.01)
+    check(PASSES, x, kernel_shape, **attributes)
+
+
 # Hand-picked: every window length 1-9 at strides 1, 2, 3 and = kernel, with pads and
 # dilations, in 2-D (the last axis read shifted, as words, or through lanes).
 HAND_PICKED = [
@@ -601,10 +705,12 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     x = np.zeros((1, 2, 30, 30), np.float32)
     spec = poolfold.schema.resolve("MaxPool", None)
 
-    def chosen(kernel_shape, strides, by_rows=True, shape=x.shape, itemsize=4, lanes=1):
+    def chosen(kernel_shape, strides, by_rows=True, shape=x.shape, itemsize=4, lanes=1,
+               planes=0):
         plan = max_pool_module.resolve_plan(spec, shape, kernel_shape, strides, None, None,
                                             "NOTSET", False)
-        return max_pool_module.choose_kernel(plan, itemsize, 0, None, by_rows, lanes)[0]
+        return max_pool_module.choose_kernel(plan, itemsize, 0, None, by_rows, lanes,
+                                             planes)[0]
 
     wide = (1, 2, 30, 600)  # rows too long for blocks of rows
     assert chosen([5, 5], [3, 3], shape=wide) == ROWS  # a strided last axis
@@ -635,8 +741,9 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([3, 3], [2, 2], shape=wide, itemsize=2) == ROWS  # a last axis at stride 2
     assert chosen([3, 3], [2, 2], itemsize=2) == ROW_BLOCKS
     assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 9, 9)) == ROW_BLOCKS
-    assert chosen([17, 1], [1, 1]) == PASSES  # each output row would fold 17 rows
-    assert chosen([17, 3], [2, 2], itemsize=2) == PASSES
+    assert chosen([17, 1], [1, 1]) == RUNS  # each output row would fold 17 rows
+    assert chosen([17, 3], [2, 2], itemsize=2) == RUNS
+    assert chosen([17, 1], [1, 1], by_rows=False) == PASSES
     # 3-D at stride 1: rows where the passes would take the last axis by van Herk runs and
     # the leading axes hold at most 25 taps
     cube, long_rows = (1, 2, 12, 12, 12), (1, 2, 9, 9, 300)
@@ -657,8 +764,18 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([2, 2], [2, 2], shape=wide, itemsize=2) == TILES  # ...but over rows too
     # long for blocks
     assert chosen([2, 2], [2, 2], itemsize=2, by_rows=False) == TILES  # Indices
-    assert chosen([21, 21], [1, 1]) == PASSES  # long windows: van Herk runs
+    # long windows: streamed running maxima, not with Indices nor channels-last
+    assert chosen([21, 21], [1, 1]) == RUNS
+    assert chosen([9, 9], [1, 1]) == RUNS
+    assert chosen([9, 9], [2, 2]) != RUNS  # ...at a stride of more than an eighth
+    assert chosen([7, 7], [1, 1]) != RUNS
+    assert chosen([32, 32], [8, 8], shape=(1, 2, 90, 600)) == RUNS
+    assert chosen([21, 21], [21, 21], shape=(1, 2, 90, 600)) != RUNS  # windows apart
+    assert chosen([21, 21], [1, 1], by_rows=False) == PASSES
+    assert chosen([21, 21], [1, 1], lanes=16) == PASSES
     assert chosen([31], [1], shape=(1, 2, 300)) == ROWS
+    assert chosen([31], [1], shape=(1, 600, 300), planes=600) == RUNS  # many short rows
+    assert chosen([31], [1], shape=(1, 600, 3000), planes=600) == ROWS  # ...not long ones
     assert chosen([5], [1], shape=(1, 2, 200), itemsize=2) == ROW_BLOCKS
     assert chosen([5], [1], shape=(1, 2, 200)) == PASSES  # short 1-D rows at stride 1
     assert chosen([5], [2], shape=(1, 2, 200)) == ROW_BLOCKS

@@ -20,6 +20,7 @@ from ..kernels.max_passes import (AXIS_ROWS, CHANNELS, COLUMN_MAJOR, ITEMS_PER_P
                                   SHIFTED, STAGE_CAPACITY, VAN_HERK, WORDS, max_passes)
 from ..kernels import max_lines as lines
 from ..kernels import max_rows as rows
+from ..kernels import max_runs as runs
 from ..kernels.native_split import Crew
 from ..kernels.plane_lanes import block_planes, max_plane_lanes
 from ..kernels.threads import (PIECES_PER_THREAD, BoundLaunch, kernel_threads, launch_split,
@@ -267,9 +268,10 @@ def _separable_slab(plan: WindowPlan, item_bytes: int, threads: int, output_byte
 
 
 # The kernels MaxPool chooses from (:func:`choose_kernel`), by the names tests force them by.
-TILES, ROWS, ROW_BLOCKS, LINES, PLANE_LANES, PASSES, SEPARABLE, DIRECT = (
-    "tiles", "rows", "row_blocks", "lines", "plane_lanes", "passes", "separable", "direct")
-KERNELS = (TILES, ROWS, ROW_BLOCKS, LINES, PLANE_LANES, PASSES, SEPARABLE, DIRECT)
+TILES, ROWS, ROW_BLOCKS, LINES, PLANE_LANES, RUNS, PASSES, SEPARABLE, DIRECT = (
+    "tiles", "rows", "row_blocks", "lines", "plane_lanes", "runs", "passes", "separable",
+    "direct")
+KERNELS = (TILES, ROWS, ROW_BLOCKS, LINES, PLANE_LANES, RUNS, PASSES, SEPARABLE, DIRECT)
 
 
 @functools.lru_cache(maxsize=512)
@@ -295,6 +297,9 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
     - ``tiles`` (``window_max_tiles``): 2x2(x2) windows at stride 2 that tile the input, row
       -major Indices: one fused pass reading pairs of elements as words; without Indices,
       only rows too long for the blocks.
+    - ``runs`` (``max_runs``): channels-first planes without Indices, at
+      dilation 1, with a long window (:func:`_runs_win`): streamed running maxima, whose
+      cost does not grow with the window.
     - ``rows`` (``max_rows``): channels-first planes or channels-last samples without
       Indices, where it was measured faster than the kernels below (:func:`_rows_win`).
     - ``direct`` (``window_max``): a 0-size axis (every window is empty), or windows that skip
@@ -315,6 +320,8 @@ def choose_kernel(plan: WindowPlan, itemsize: int, storage_order: int,
         prefix = f"forced {forced} refused ({refusal}); "
     if min(plan.in_shape) == 0:
         return DIRECT, prefix + "a 0-size axis: every window is empty"
+    if by_rows and lanes == 1 and _runs_win(plan, itemsize, planes):
+        return RUNS, prefix + "long windows without Indices, by streamed running maxima"
     if by_rows and lanes == 1 and _plane_lanes_win(plan, itemsize, planes):
         return PLANE_LANES, prefix + "small planes without Indices, many at once as lanes"
     if by_rows and lanes == 1 and _lines_win(plan, itemsize):
@@ -632,11 +639,139 @@ def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int
                 f"elements, or more than {PLANE_LANES_MOST_TAPS} taps an output")
     if kernel == TILES and not (storage_order == 0 and tiles_fit(plan, itemsize)):
         return "the windows do not tile the input (or storage_order 1)"
+    if kernel == RUNS and (not by_rows or lanes > 1):
+        return "Indices, or channels-last samples"
+    if kernel == RUNS and not runs_fit(plan):
+        return "a 0-size axis, or a dilation"
     if kernel in (PASSES, SEPARABLE) and min(plan.in_shape) == 0:
         return "a 0-size axis"
     if kernel == SEPARABLE and separable_staging(plan, itemsize) is None:
         return "the separable passes cannot stage this plan"
     return None
+
+
+def runs_fit(plan: WindowPlan) -> bool:
+    """Whether ``max_runs`` can pool the plan's channels-first planes: no 0-size axis, and
+    no dilation but along axes of a one-tap window (its blocks of rows are consecutive
+    rows)."""
+    return min(plan.in_shape) > 0 and all(d == 1 or k == 1 for k, d in zip(plan.kernel,
+                                                                           plan.dilations))
+
+
+# The shortest window along an axis for which ``max_runs`` is chosen over the row kernels
+# (see _runs_win).
+RUNS_KERNEL = 9
+
+
+# In 1-D, the fewest planes (rows) and the shortest window for which ``max_runs`` is chosen,
+# and the longest row (bytes): a block of 64 rows is transposed at a time.
+RUNS_FEWEST_ROWS = 512
+RUNS_KERNEL_1D = 24
+RUNS_LONGEST_ROW = 8192
+
+
+def _runs_win(plan: WindowPlan, itemsize: int, planes: int) -> bool:
+    """Where ``max_runs`` was measured faster than the other kernels (two threads, float32,
+    windows with SAME pads at stride 1 but where said; ms, runs against the best other):
+
+    - 2-D and up, windows the row kernels take (at most :data:`ROWS_LONGEST_WINDOW` taps
+      an axis) with an axis of at least :data:`RUNS_KERNEL` taps at a stride of at most an
+      eighth of it: over (4,16,256,256), 9x9 2.0 against 2.5, 15x15 2.1 against 3.0; 9x9
+      over (1,256,14,14) 0.25 against 0.34, 3-D 9x9x9 over (1,4,16,16,16) 0.030 against
+      0.107; but 7x7 2.0 against 1.5, 16x16 at stride 4 1.06 against 0.70, and 9x9 over
+      (1,8,512,512) 1.18 against 1.16;
+    - 2-D and up, longer windows that overlap (at least three times the stride), which the
+      separable passes took: 31x31 2.3 against 7.1, 63x63 2.2 against 8.4, 31x31 at stride 2
+      1.4 against 6.0, 32x32 at stride 8 1.1 against 3.9; 33x33 over (1,8,512,512) 1.36
+      against 3.06; 3-D 15x15x15 over (2,8,64,64,64) 4.7 against 10.2;
+    - 1-D, windows of :data:`RUNS_KERNEL_1D` taps and more over many short rows (at least
+      :data:`RUNS_FEWEST_ROWS`, of at most :data:`RUNS_LONGEST_ROW` bytes), whose cut windows
+      the row kernel's ladder takes one at a time: over (16384, 256), 63 taps 1.9 against
+      3.1, 31 taps 2.1 against 2.4 (15 taps 1.8 against 1.6); not over few long rows (63
+      taps over (4,16,4096): 0.50 against 0.11)."""
+    if not runs_fit(plan) or (plan.rank > 1 and _plane_lanes_win(plan, itemsize, planes)):
+        return False  # (small planes in 2-D and up: 9x9 over (1,64,7,7), 0.012 ms as lanes)
+    pairs = [(k, s) for k, s in zip(plan.kernel, plan.strides)]
+    if plan.rank == 1:
+        (k, s), = pairs
+        return (planes >= RUNS_FEWEST_ROWS and k >= RUNS_KERNEL_1D and k >= 3 * s
+                and plan.in_shape[0] * itemsize <= RUNS_LONGEST_ROW)
+    if max(plan.kernel) <= ROWS_LONGEST_WINDOW:
+        return any(k >= RUNS_KERNEL and 8 * s <= k for k, s in pairs)
+    return any(k >= 3 * s for k, s in pairs if k > 1)
+
+
+class RunsTables(NamedTuple):
+    """``max_runs``'s tables (see :mod:`poolfold.kernels.max_runs`); ``items`` is how many
+    work items the call is cut into."""
+
+    axes: np.ndarray
+    setup: np.ndarray
+    items: int
+
+
+# The input a work item of ``max_runs`` covers, at most (unless its windows' rows along the
+# first axis take more): its stages and suffixes then stay in a core's cache.
+RUNS_SLAB_BYTES = 512 * 1024
+
+
+@functools.lru_cache(maxsize=256)
+def runs_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
+                parts: int) -> RunsTables:
+    """Compute and bound the tables and scratch sizes of :func:`max_runs` for ``planes``
+    planes cut into work items for ``parts`` threads: slabs of output rows along the first
+    axis, as many as fit :data:`RUNS_SLAB_BYTES`, and enough for every thread.  The kernel
+    reads and writes within these sizes and checks none of them."""
+    rank = plan.rank
+    ins, outs = plan.in_shape, plan.out_shape
+    axes = np.zeros((runs.AXIS_ROWS, rank), np.int64)
+    for a in range(rank):
+        axes[:, a] = (ins[a], outs[a], plan.kernel[a], plan.strides[a], plan.pad_begin[a])
+    k0, s0 = plan.kernel[0], plan.strides[0]
+    setup = np.zeros(runs.SETUP_SIZE, np.int64)
+    if rank == 1:  # blocks of planes, as many as fit the slab, enough for every thread
+        per_item = max(1, RUNS_SLAB_BYTES // (ins[0] * itemsize))
+        per_item = max(1, min(per_item, -(-planes // (parts * PIECES_PER_THREAD))))
+        lines = min(per_item, planes)
+        stage = lines * max(ins[0], outs[0])
+        suffixes = min(k0, ins[0]) * lines
+        prefix = lines
+        setup[runs.PLANES_PER_ITEM] = per_item
+        items = -(-planes // per_item)
+    else:
+        row_bytes = math.prod(ins[1:]) * itemsize
+        rows_per_item = (RUNS_SLAB_BYTES // row_bytes - k0) // s0 + 1
+        # but enough rows that neighbouring slabs share at most a third of their input rows
+        # (one output row a slab of 2048x2048 planes redid each row 60 times for 63x63)
+        overlap = max(k0 - s0, 0)
+        rows_per_item = max(rows_per_item, -(-2 * overlap // s0), 1)
+        if planes < parts * PIECES_PER_THREAD:  # enough items for every thread's pieces
+            rows_per_item = min(rows_per_item,
+                                -(-outs[0] * planes // (parts * PIECES_PER_THREAD)))
+        rows_per_item = max(1, min(rows_per_item, outs[0]))
+        items_per_plane = -(-outs[0] // rows_per_item)
+        # the largest slab's extents, and the stages every step of the kernel fills
+        extent = [min(ins[0], (rows_per_item - 1) * s0 + k0)] + list(ins[1:])
+        lines = math.prod(extent[:-1])
+        stage = lines * max(ins[-1], outs[-1])
+        suffixes = min(plan.kernel[-1], ins[-1]) * lines
+        prefix = lines
+        inner = outs[-1]
+        for a in range(rank - 2, -1, -1):
+            out_n = rows_per_item if a == 0 else outs[a]
+            stage = max(stage, math.prod(extent[:a]) * max(extent[a], out_n) * inner)
+            suffixes = max(suffixes, min(plan.kernel[a], extent[a]) * inner)
+            prefix = max(prefix, inner)
+            inner *= out_n
+        setup[runs.ROWS_PER_ITEM] = rows_per_item
+        setup[runs.ITEMS_PER_PLANE] = items_per_plane
+        items = planes * items_per_plane
+    check_table(label, "the running maxima's scratch", (2 * stage + suffixes + prefix,),
+                np.dtype(f"V{itemsize}"))
+    setup[runs.STAGE] = stage
+    setup[runs.SUFFIXES] = suffixes
+    setup[runs.PREFIX] = prefix
+    return RunsTables(axes, setup, items)
 
 
 def _passes_cost(plan: WindowPlan) -> tuple[float, float]:
@@ -1182,6 +1317,7 @@ class _PoolLaunch:
         self.passes = None
         self.separable = None
         self.rows = None
+        self.runs = None
         self.lanes = None
         self.lines = None
         if self.kernel == LINES and self.planes > 0:
@@ -1206,6 +1342,9 @@ class _PoolLaunch:
                                                 threads),
                                     blocks=self.kernel == ROW_BLOCKS)
             self.parts = split_parts(self.rows.items, work, threads)
+        elif self.kernel == RUNS and self.planes > 0:
+            self.runs = runs_tables(label, plan, self.planes, dtype.itemsize, self.parts)
+            self.parts = split_parts(self.runs.items, work, threads)
         elif self.kernel == PASSES and self.planes > 0:
             self.passes = passes_tables(label, plan, self.planes, dtype.itemsize,
                                         return_indices, storage_order, 1, self.parts)
@@ -1263,6 +1402,9 @@ class _PoolLaunch:
             kernel, count = lines.max_lines, tables.items
             constants = (tables.dims, tables.first, tables.lo, tables.hi, tables.setup,
                          tables.runs, tables.lead_first, tables.lead_starts, empty)
+        elif self.kernel == RUNS:
+            kernel, count = runs.max_runs, self.runs.items
+            constants = (self.runs.axes, self.runs.setup, empty)
         elif self.kernel == PLANE_LANES:
             starts, tap_first, block, row_fold, blocks = self.lanes
             kernel, count = max_plane_lanes, blocks
