@@ -716,8 +716,9 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([5, 5], [3, 3], shape=wide) == ROWS  # a strided last axis
     assert chosen([5, 5], [3, 3]) == ROW_BLOCKS  # ...whose rows are short
     assert chosen([7, 7], [1, 1]) == ROW_BLOCKS  # a window van Herk runs would take
-    assert chosen([7, 7], [1, 1], itemsize=8, shape=wide) == ROWS
-    assert chosen([7, 7], [1, 1], itemsize=2, shape=wide) == PASSES  # ...but for half types
+    assert chosen([7, 7], [1, 1], itemsize=8, shape=wide) == RUNS  # ...over long rows
+    assert chosen([7, 7], [1, 1], itemsize=2, shape=wide) == RUNS
+    assert chosen([5, 5], [1, 1], itemsize=8, shape=wide) == ROWS
     assert chosen([5, 5], [3, 3], by_rows=False) not in WITHOUT_INDICES  # Indices
     # 2-D windows of 2 or 3 taps an axis at strides 1 and 2, 4- and 8-byte types: the lines,
     # whatever the rows' length
@@ -753,7 +754,8 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([3, 3, 5], [1, 1, 1], shape=long_rows) == ROWS
     assert chosen([3, 3, 5], [1, 1, 1], shape=long_rows, itemsize=2) == ROWS
     assert chosen([5, 5, 3], [1, 1, 1], shape=cube) == PASSES  # runs on a leading axis only
-    assert chosen([7, 7, 5], [1, 1, 1], shape=cube) == PASSES  # 49 leading taps
+    assert chosen([7, 7, 5], [1, 1, 1], shape=cube) == PASSES  # short rows: not runs
+    assert chosen([7, 7, 5], [1, 1, 1], shape=(1, 2, 12, 12, 40)) == RUNS  # 245 taps
     assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 9, 9), itemsize=1) == ROW_BLOCKS
     assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 300, 300), itemsize=1) not in \
         WITHOUT_INDICES  # uint8, long rows: not the row kernel
@@ -773,13 +775,13 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([21, 21], [21, 21], shape=(1, 2, 90, 600)) != RUNS  # windows apart
     assert chosen([21, 21], [1, 1], by_rows=False) == PASSES
     assert chosen([21, 21], [1, 1], lanes=16) == PASSES
-    assert chosen([31], [1], shape=(1, 2, 300)) == ROWS
-    assert chosen([31], [1], shape=(1, 600, 300), planes=600) == RUNS  # many short rows
-    assert chosen([31], [1], shape=(1, 600, 3000), planes=600) == ROWS  # ...not long ones
+    assert chosen([31], [1], shape=(1, 2, 300)) == RUNS  # 1-D: running maxima
+    assert chosen([31], [1], shape=(1, 2, 3000)) == ROWS  # ...but over long rows
+    assert chosen([31], [4], shape=(1, 2, 300)) == ROWS  # ...or at a stride
     assert chosen([5], [1], shape=(1, 2, 200), itemsize=2) == ROW_BLOCKS
     assert chosen([5], [1], shape=(1, 2, 200)) == PASSES  # short 1-D rows at stride 1
     assert chosen([5], [2], shape=(1, 2, 200)) == ROW_BLOCKS
-    assert chosen([128], [1], shape=(1, 2, 300)) == ROWS  # long 1-D windows: a ladder of runs
+    assert chosen([128], [1], shape=(1, 2, 3000)) == ROWS  # long rows: a ladder of runs
     # channels-last samples (lanes: their channels): rows for windows of up to 16 taps an
     # axis, but 8-byte 1-D windows the passes take by van Herk runs; never tiles
     assert chosen([2, 2], [2, 2], lanes=24) == ROWS

@@ -1,74 +1,144 @@
 """Window maximum of long windows by streamed running maxima: channels-first planes of any
-rank, without Indices, at dilation 1, whatever the window's length.
+rank, without Indices, at dilation 1, at a cost that does not grow with the window.
 
-Each axis is reduced by van Herk / Gil-Werman runs, streamed (:func:`_stream_axis`).  The
-rows along the axis (each a contiguous run of everything after it) are split into blocks of
-k rows from the first; a window of k rows spans at most two blocks, so it is the first
-maximum of its first row's *suffix* (the rows from it to its block's end) then its last
-row's *prefix* (the rows from its block's start to it).  The rows are read in order: a
-block's suffixes (k rows of scratch) when the first window starting in it is reached, and
-one running prefix row that follows the windows' last rows.  That is three folds a row,
-each a whole row in vectors (:func:`poolfold.kernels.simd.fold_pair`), and every read but
-the first from cache.
+The leading axes go first, each by van Herk / Gil-Werman runs, streamed
+(:func:`_stream_axis`).  The rows along the axis (each a contiguous run of everything after
+it) are split into blocks of k rows from the first; a window of k rows spans at most two
+blocks, so it is the first maximum of its first row's *suffix* (the rows from it to its
+block's end) then its last row's *prefix* (the rows from its block's start to it).  The
+rows are read in order: a block's suffixes (k rows of scratch) when the first window
+starting in it is reached, and one running prefix row that follows the windows' last rows.
+That is three folds a row, each a whole row in vectors
+(:func:`poolfold.kernels.simd.fold_pair`), and every read but the first from cache.
 
-The last axis goes first, as window order asks (the first maximum of each row of a window,
-then the first of those rows'), and its rows are not contiguous: the slab is transposed, by
-square tiles in registers (:func:`poolfold.kernels.simd.transpose_tile`), so that the last
-axis becomes the rows' axis, reduced, and transposed back.  Then each leading axis, from
-the last to the first, the slab shrinking to the outputs as it goes.
+Each row the last leading axis leaves goes straight on, while in cache, to the last axis: it
+is copied between padding of the type's lowest value (which no tap beats, and which an
+empty window yields, as it should) and reduced by a ladder of runs (:func:`_ladder`): the
+first maximum over runs of 4, 16, ... taps at every position, each level from four runs of
+the level below, then each window from four runs: ``log4(k) + 1`` vectorised passes, with
+plain comparisons where the row holds no NaN.  Runs overlap and the earlier is kept on a
+tie, so the last axis keeps the first maximum in window order.
+
+Reducing the leading axes first visits a window's taps column by column, not in window
+order: where equal values differ in their bits, another tap than the first may be kept (+0.0
+where a -0.0 came first, or another NaN).  So an output that is a NaN, or a zero where the
+item's input holds a -0.0, is found again in window order (:func:`_in_window_order`).  (The
+last axis first, through transposed slabs and running maxima, kept the order with no search
+but took 2.2 ms where this takes 1.9, two threads, 63x63 windows over (4,16,256,256)
+float32; it was faster over small planes, 9x9 over (1,256,14,14) 0.25 against 0.43 ms,
+which the kernel is not chosen for.)
 
 A work item is ``ROWS_PER_ITEM`` outputs along the first axis of one plane: the input rows
-their windows reach, and no others; in 1-D, a block of planes (each a row), transposed
-together.  A window with no tap inside the input yields
-``empty_value``.  The kernel never validates: the op layer has checked every shape and sized
-the scratch (:func:`poolfold.ops.max_pool.runs_tables`).
+their windows reach, and no others; in 1-D, ``PLANES_PER_ITEM`` planes, each one row.  The
+kernel never validates: the op layer has checked every shape and sized the scratch
+(:func:`poolfold.ops.max_pool.runs_tables`).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from . import helper, kernel, read_only
-from .simd import fold_pair, transpose_tile, vector_width
+from .max_rows import _holds_negative_zero, _order_matters
+from .ordering import order_key
+from .simd import HOLDS_NAN, HOLDS_ZERO, fold_pair, fold_taps, zeros_and_nans
 
 # Rows of the per-axis table ``axes``: input and output extents, window, stride, and the
 # padding before the first input element.
 IN, OUT, KERNEL, STRIDE, PAD = range(5)
 AXIS_ROWS = 5
 # Entries of ``setup``: the work items, and each scratch buffer's elements.
-ROWS_PER_ITEM, ITEMS_PER_PLANE, PLANES_PER_ITEM, STAGE, SUFFIXES, PREFIX = range(6)
-SETUP_SIZE = 6
+(ROWS_PER_ITEM, ITEMS_PER_PLANE, PLANES_PER_ITEM, STAGE, SUFFIXES, PREFIX, PADDED_ROW,
+ LADDER) = range(8)
+SETUP_SIZE = 8
 
 
-@helper
-def _transpose(dst, dst_at, src, src_at, rows, cols):
-    """``src[src_at:]``, ``rows`` rows of ``cols`` elements, into ``dst[dst_at:]`` as
-    ``cols`` rows of ``rows``: square tiles of a vector's lanes, the last tile along each
-    side overlapping the one before it (an element written twice is the same element);
-    element by element where a side is shorter than a tile."""
-    side = vector_width(src)
-    if rows < side or cols < side:
-        for r in range(rows):
-            for c in range(cols):
-                dst[dst_at + c * rows + r] = src[src_at + r * cols + c]
+@njit(inline="always")
+def _ladder(row, span, k, s, out, dst, to, ladder, starts, no_nan):
+    """``dst[to + i]`` = the first maximum of ``row[i*s + t]`` over taps t < k, for i <
+    ``out``, ``row`` holding ``span`` elements: the ladder of runs of the module's doc, in
+    the two halves of ``ladder`` (each at least ``span``); by plain comparisons where
+    ``no_nan``.  At a stride, every position's window, then every s-th kept.  (Each level's
+    fold written out for each case: through one helper that took the sources as they came,
+    the ladder took a quarter longer.)"""
+    half = ladder.size // 2
+    at = 0  # where the current level starts: in row, then in ladder
+    nxt = 0  # ...and the next in ladder
+    p = 1
+    while 4 * p <= k:
+        span -= 3 * p  # the positions whose four runs of p lie in the level below
+        starts[0] = at
+        starts[1] = at + p
+        starts[2] = at + 2 * p
+        starts[3] = at + 3 * p
+        if p == 1 and no_nan:
+            fold_taps(ladder, nxt, row, starts, 0, 4, span, True)
+        elif p == 1:
+            fold_taps(ladder, nxt, row, starts, 0, 4, span, False)
+        elif no_nan:
+            fold_taps(ladder, nxt, read_only(ladder), starts, 0, 4, span, True)
+        else:
+            fold_taps(ladder, nxt, read_only(ladder), starts, 0, 4, span, False)
+        at = nxt
+        nxt = half - nxt
+        p *= 4
+    # at most four runs of p taps: from taps 0, p and 2p, and the one ending the window
+    starts[0] = at
+    starts[1] = at + min(p, k - p)
+    starts[2] = at + min(2 * p, k - p)
+    starts[3] = at + k - p
+    if s == 1:
+        if p == 1 and no_nan:
+            fold_taps(dst, to, row, starts, 0, 4, out, True)
+        elif p == 1:
+            fold_taps(dst, to, row, starts, 0, 4, out, False)
+        elif no_nan:
+            fold_taps(dst, to, read_only(ladder), starts, 0, 4, out, True)
+        else:
+            fold_taps(dst, to, read_only(ladder), starts, 0, 4, out, False)
         return
-    for r0 in range(0, rows, side):
-        r = min(r0, rows - side)
-        for c0 in range(0, cols, side):
-            c = min(c0, cols - side)
-            transpose_tile(dst, dst_at + c * rows + r, rows, side, src, src_at + r * cols + c,
-                           cols, side)
+    count = (out - 1) * s + 1  # every position's window, then every s-th kept
+    if p == 1 and no_nan:
+        fold_taps(ladder, nxt, row, starts, 0, 4, count, True)
+    elif p == 1:
+        fold_taps(ladder, nxt, row, starts, 0, 4, count, False)
+    elif no_nan:
+        fold_taps(ladder, nxt, read_only(ladder), starts, 0, 4, count, True)
+    else:
+        fold_taps(ladder, nxt, read_only(ladder), starts, 0, 4, count, False)
+    for i in range(out):
+        dst[to + i] = ladder[nxt + i * s]
+
+
+@njit(inline="always")
+def _last_axis(row, pad, width, k, s, out, dst, to, ladder, starts):
+    """The last axis of the ``width`` elements at ``row[pad:]`` (their padding around them)
+    into ``dst[to:to + out]``, by :func:`_ladder`; what the outputs hold (the bits of
+    :func:`poolfold.kernels.simd.zeros_and_nans`)."""
+    no_nan = (zeros_and_nans(row, pad, pad + width) & HOLDS_NAN) == 0
+    _ladder(row, (out - 1) * s + k, k, s, out, dst, to, ladder, starts, no_nan)
+    return zeros_and_nans(dst, to, to + out)
 
 
 @helper
 def _stream_axis(src, src_at, n, width, k, s, pad, out_n, dst, dst_at, dst_pitch, suffixes,
-                 prefix, empty_value):
+                 prefix, empty_value, last, target, ladder, starts, fixes):
     """Output o, for o < ``out_n``, of an axis of ``n`` rows of ``width`` elements at
-    ``src[src_at:]``, into ``dst[dst_at + o*dst_pitch:][:width]``: the first maximum of rows
-    ``[o*s - pad, o*s - pad + k)`` that lie inside, or ``empty_value`` where none does (see
-    the module's doc).  ``suffixes`` holds ``min(k, n)`` rows, ``prefix`` one.  (Cut into
-    strips whose suffixes stay in the first-level cache, the rows took longer: 2-D 63x63
-    over (4,16,256,256), 2.8 ms against 2.2.)"""
+    ``src[src_at:]``: the first maximum of rows ``[o*s - pad, o*s - pad + k)`` that lie
+    inside, or ``empty_value`` where none does (see the module's doc).  ``suffixes`` holds
+    ``min(k, n)`` rows, ``prefix`` one.
+
+    Into ``dst[dst_at + o*dst_pitch:][:width]`` (``target`` is ``dst``); or, with ``last``
+    (the axis's kernel, stride, padding and outputs, for the last axis), into ``target``, the
+    padded row, after its padding, then its last axis into
+    ``dst[dst_at + o*dst_pitch:][:last[3]]`` (:func:`_last_axis`).  Then
+    the outputs o that are a zero or a NaN are listed in ``fixes[1:]``, their count in
+    ``fixes[0]``, and their kinds ORed into ``fixes[-1]``."""
+    laddered = last[0] > 0
+    pad_row = last[2]
+    fixes[0] = 0
+    fixes[fixes.size - 1] = 0
     held_block = -1  # the first row of the block whose suffixes are held
     last_row = -1  # the last row folded into the running prefix
     block = 0  # ...and the first row of its block
@@ -78,39 +148,96 @@ def _stream_axis(src, src_at, n, width, k, s, pad, out_n, dst, dst_at, dst_pitch
         hi = min(start + k - 1, n - 1)  # the window's first and last rows inside
         start += s
         to = dst_at + o * dst_pitch
+        held_in = pad_row if laddered else to  # where in target the output row goes
         if hi < lo:
             for i in range(width):
-                dst[to + i] = empty_value
-            continue
-        while last_row < hi:  # hi never goes back: the prefix follows it
-            last_row += 1
-            row = src_at + last_row * width
-            if last_row == block + k:
-                block = last_row
-            if last_row == block:
-                fold_pair(prefix, 0, src, row, src, row, width)  # a copy
+                target[held_in + i] = empty_value
+        else:
+            while last_row < hi:  # hi never goes back: the prefix follows it
+                last_row += 1
+                at = src_at + last_row * width
+                if last_row == block + k:
+                    block = last_row
+                if last_row == block:
+                    fold_pair(prefix, 0, src, at, src, at, width)  # a copy
+                else:
+                    fold_pair(prefix, 0, prefix, 0, src, at, width)
+            # lo lies in hi's block or the one before (a window spans at most k rows)
+            lo_block = block if lo >= block else block - k
+            if lo == block:  # from its block's start: the prefix alone
+                fold_pair(target, held_in, prefix, 0, prefix, 0, width)
             else:
-                fold_pair(prefix, 0, prefix, 0, src, row, width)
-        # lo lies in hi's block or the one before (a window spans at most k rows)
-        lo_block = block if lo >= block else block - k
-        if lo == block:  # from its block's start: the prefix alone
-            fold_pair(dst, to, prefix, 0, prefix, 0, width)
+                if held_block != lo_block:
+                    held_block = lo_block
+                    end = min(lo_block + k, n) - 1
+                    at = (end - lo_block) * width
+                    fold_pair(suffixes, at, src, src_at + end * width, src,
+                              src_at + end * width, width)
+                    for r in range(end - 1, lo_block - 1, -1):
+                        at -= width
+                        fold_pair(suffixes, at, src, src_at + r * width, suffixes,
+                                  at + width, width)
+                held = (lo - lo_block) * width
+                if lo_block == block:  # cut by the axis's end inside one block: the suffix
+                    fold_pair(target, held_in, suffixes, held, suffixes, held, width)
+                else:  # the suffix of lo, then the prefix of hi
+                    fold_pair(target, held_in, suffixes, held, prefix, 0, width)
+        if laddered:
+            found = _last_axis(target, pad_row, width, last[0], last[1], last[3], dst, to,
+                               ladder, starts)
+            if found != 0:
+                fixes[0] += 1
+                fixes[fixes[0]] = o
+                fixes[fixes.size - 1] |= found
+
+
+@helper
+def _in_window_order(y_flat, y_at, flat, x_at, axes, position, rank, signed_zeros):
+    """For each output of the output row at ``y_flat[y_at:]`` (leading position
+    ``position``, of a plane at ``flat[x_at:]``) that is a NaN, or a zero where
+    ``signed_zeros``: the first tap in window order (row-major, the padding skipped) that
+    equals it, zero for zero, NaN for NaN."""
+    last = rank - 1
+    width = axes[IN, last]
+    lo = np.empty(rank, np.int64)
+    hi = np.empty(rank, np.int64)
+    tap = np.empty(rank, np.int64)
+    for a in range(last):
+        start = position[a] * axes[STRIDE, a] - axes[PAD, a]
+        lo[a] = max(start, 0)
+        hi[a] = min(start + axes[KERNEL, a], axes[IN, a])
+    for o in range(axes[OUT, last]):
+        v = y_flat[y_at + o]
+        if not _order_matters(v, signed_zeros):
             continue
-        if held_block != lo_block:
-            held_block = lo_block
-            end = min(lo_block + k, n) - 1
-            here = (end - lo_block) * width
-            fold_pair(suffixes, here, src, src_at + end * width, src, src_at + end * width,
-                      width)
-            for r in range(end - 1, lo_block - 1, -1):
-                here -= width
-                fold_pair(suffixes, here, src, src_at + r * width, suffixes, here + width,
-                          width)
-        held = (lo - lo_block) * width
-        if lo_block == block:  # cut by the axis's end, inside one block: the suffix alone
-            fold_pair(dst, to, suffixes, held, suffixes, held, width)
-        else:  # the suffix of lo, then the prefix of hi
-            fold_pair(dst, to, suffixes, held, prefix, 0, width)
+        start = o * axes[STRIDE, last] - axes[PAD, last]
+        c_lo = max(start, 0)
+        c_hi = min(start + axes[KERNEL, last], width)
+        zero = order_key(v) == 0
+        for a in range(last):
+            tap[a] = lo[a]
+        found = False
+        while not found:
+            row = 0  # the leading taps' row of the plane
+            for a in range(last):
+                row = row * axes[IN, a] + tap[a]
+            at = x_at + row * width
+            for c in range(c_lo, c_hi):
+                w = flat[at + c]
+                key = order_key(w)
+                if (key == 0) if zero else (key != key):
+                    y_flat[y_at + o] = w
+                    found = True
+                    break
+            a = last - 1  # the next leading tap, row-major
+            while a >= 0 and not found:
+                tap[a] += 1
+                if tap[a] < hi[a]:
+                    break
+                tap[a] = lo[a]
+                a -= 1
+            if a < 0:
+                break  # (never: the output came from one of the window's taps)
 
 
 @kernel()
@@ -121,8 +248,9 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
     axes : (AXIS_ROWS, rank) int64, per axis IN, OUT, KERNEL, STRIDE and PAD (above)
     setup : (SETUP_SIZE,) int64: a work item is PLANES_PER_ITEM whole planes of rank 1, or
         ROWS_PER_ITEM outputs along the first axis of one plane, ITEMS_PER_PLANE items a
-        plane; then the elements of each of the two stages, of the suffixes and of the
-        prefix row (sized by the op layer for the largest item)
+        plane; then the elements of each of the two stages, of the suffixes, of the prefix
+        row, of the padded row and of the ladder's scratch (sized by the op layer for the
+        largest item; the stages hold nothing in 2-D)
     """
     rank = axes.shape[1]
     last = rank - 1
@@ -134,64 +262,94 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
     stage_b = np.empty(setup[STAGE], x.dtype)
     suffixes = np.empty(setup[SUFFIXES], x.dtype)
     prefix = np.empty(setup[PREFIX], x.dtype)
+    ladder = np.empty(setup[LADDER], x.dtype)
+    starts = np.empty(4, np.int64)
+    width = axes[IN, last]
+    # the row each output row of the leading axes goes into, between the last axis's
+    # padding (never written: the lowest value, which no tap beats)
+    row = np.empty(setup[PADDED_ROW], x.dtype)
+    row[:] = empty_value
+    pad_row = axes[PAD, last]
+    last_axis = np.array([axes[KERNEL, last], axes[STRIDE, last], pad_row, axes[OUT, last]])
+    no_ladder = np.zeros(4, np.int64)
+    out_last = axes[OUT, last]
     in0, out0 = axes[IN, 0], axes[OUT, 0]
     k0, s0, pad0 = axes[KERNEL, 0], axes[STRIDE, 0], axes[PAD, 0]
     inner0 = plane_size // in0  # elements of one input row along the first axis
     out_inner0 = out_plane // out0
-    width = axes[IN, last]
-    out_last = axes[OUT, last]
-    k_last, s_last, pad_last = axes[KERNEL, last], axes[STRIDE, last], axes[PAD, last]
-    # a last axis the windows leave as it is: the leading axes read the input in place
-    same_last = k_last == 1 and s_last == 1 and pad_last == 0 and out_last == width
     per_item = setup[ROWS_PER_ITEM]
     items_per_plane = setup[ITEMS_PER_PLANE]
+    most_rows = max(per_item, 1)
+    for a in range(1, last):
+        most_rows = max(most_rows, axes[OUT, a])
+    fixes = np.empty(most_rows + 2, np.int64)
+    position = np.zeros(max(last, 1), np.int64)
     for item in range(start, stop):
-        if rank == 1:  # a block of planes, each one row: their rows transposed together
+        if rank == 1:  # whole planes, each one row: its last axis alone
             p0 = item * setup[PLANES_PER_ITEM]
-            lines = min(setup[PLANES_PER_ITEM], planes - p0)
-            _transpose(stage_a, 0, flat, p0 * plane_size, lines, width)
-            _stream_axis(read_only(stage_a), 0, width, lines, k_last, s_last, pad_last,
-                         out_last, stage_b, 0, lines, suffixes, prefix, empty_value)
-            _transpose(y_flat, p0 * out_plane, read_only(stage_b), 0, out_last, lines)
-            continue
+            for p in range(p0, min(p0 + setup[PLANES_PER_ITEM], planes)):
+                row[pad_row:pad_row + width] = x[p]
+                _last_axis(row, pad_row, width, last_axis[0], last_axis[1], out_last, y_flat,
+                           p * out_plane, ladder, starts)
+            continue  # (a 1-D window is in window order)
         p = item // items_per_plane
         o0 = (item % items_per_plane) * per_item
         o1 = min(o0 + per_item, out0)
         r_lo = min(max(o0 * s0 - pad0, 0), in0)
         r_hi = max(min((o1 - 1) * s0 - pad0 + k0, in0), r_lo)
         y_at = p * out_plane + o0 * out_inner0
-        if r_hi == r_lo:  # every window of the item lies in the padding
+        x_at = p * plane_size + r_lo * inner0
+        rows = r_hi - r_lo
+        if rows == 0:  # every window of the item lies in the padding
             for i in range((o1 - o0) * out_inner0):
                 y_flat[y_at + i] = empty_value
             continue
-        rows = r_hi - r_lo
-        lines = rows * inner0 // width  # the slab's rows along the last axis
-        x_at = p * plane_size + r_lo * inner0
+        # the leading axes, the first first: units of n rows of `inner` elements, the last
+        # of them laddered along the last axis into Y
         src, src_at = flat, x_at
-        if not same_last:  # the last axis: transposed, reduced as rows, transposed back
-            _transpose(stage_a, 0, flat, x_at, lines, width)
-            _stream_axis(read_only(stage_a), 0, width, lines, k_last, s_last, pad_last,
-                         out_last, stage_b, 0, lines, suffixes, prefix, empty_value)
-            _transpose(stage_a, 0, read_only(stage_b), 0, out_last, lines)
-            src, src_at = read_only(stage_a), 0
-        # then each leading axis, the last first: units of n rows of `inner` elements
-        inner = out_last
-        units = lines
-        to_b = True  # the stage the next leading axis writes: b, then a, then b...
-        for a in range(last - 1, -1, -1):
+        units = 1
+        inner = plane_size
+        to_b = False  # the stage the next axis writes: a, then b, then a...
+        signed_zeros = False
+        screened = False
+        for a in range(last):
             n = rows if a == 0 else axes[IN, a]
-            units //= n
-            if a == 0:
-                _stream_axis(src, src_at, n, inner, k0, s0, pad0 + r_lo - o0 * s0, o1 - o0,
-                             y_flat, y_at, inner, suffixes, prefix, empty_value)
+            out_n = o1 - o0 if a == 0 else axes[OUT, a]
+            pad = pad0 + r_lo - o0 * s0 if a == 0 else axes[PAD, a]
+            inner //= axes[IN, a]
+            if a < last - 1:
+                dst = stage_b if to_b else stage_a
+                for u in range(units):
+                    _stream_axis(src, src_at + u * n * inner, n, inner, axes[KERNEL, a],
+                                 axes[STRIDE, a], pad, out_n, dst, u * out_n * inner, inner,
+                                 suffixes, prefix, empty_value, no_ladder, dst, ladder, starts,
+                                 fixes)
+                src, src_at = read_only(dst), 0
+                to_b = not to_b
+                units *= out_n
                 continue
-            out_n = axes[OUT, a]
-            dst = stage_b if to_b else stage_a
             for u in range(units):
+                to = y_at + u * out_n * out_last
                 _stream_axis(src, src_at + u * n * inner, n, inner, axes[KERNEL, a],
-                             axes[STRIDE, a], axes[PAD, a], out_n, dst, u * out_n * inner,
-                             inner, suffixes, prefix, empty_value)
-            inner *= out_n
-            # the next axis reads what this one wrote, and writes the other stage
-            src, src_at = read_only(dst), 0
-            to_b = not to_b
+                             axes[STRIDE, a], pad, out_n, y_flat, to, out_last, suffixes,
+                             prefix, empty_value, last_axis, row, ladder, starts, fixes)
+                if fixes[0] == 0:
+                    continue
+                kinds = fixes[fixes.size - 1]
+                if (kinds & HOLDS_ZERO) != 0 and not screened:
+                    screened = True  # whether the item's input holds a -0.0, once
+                    signed_zeros = _holds_negative_zero(flat, x_at, x_at + rows * inner0)
+                if (kinds & HOLDS_NAN) == 0 and not signed_zeros:
+                    continue
+                for f in range(1, fixes[0] + 1):
+                    # the leading position of output row (u, o): u over the axes before
+                    # the last leading one, row-major
+                    rest = u
+                    for b in range(last - 2, -1, -1):
+                        extent = o1 - o0 if b == 0 else axes[OUT, b]
+                        position[b] = rest % extent
+                        rest //= extent
+                    position[last - 1] = fixes[f]
+                    position[0] += o0
+                    _in_window_order(y_flat, to + fixes[f] * out_last, flat,
+                                     p * plane_size, axes, position, rank, signed_zeros)

@@ -658,47 +658,59 @@ def runs_fit(plan: WindowPlan) -> bool:
                                                                            plan.dilations))
 
 
-# The shortest window along an axis for which ``max_runs`` is chosen over the row kernels
+# The shortest window along an axis for which ``max_runs`` is chosen over the row kernels at
+# stride 1 (at stride s, 8*s), and in 3-D and up the fewest taps a window at stride 1 has
 # (see _runs_win).
-RUNS_KERNEL = 9
-
-
-# In 1-D, the fewest planes (rows) and the shortest window for which ``max_runs`` is chosen,
-# and the longest row (bytes): a block of 64 rows is transposed at a time.
-RUNS_FEWEST_ROWS = 512
-RUNS_KERNEL_1D = 24
+RUNS_KERNEL = 7
+RUNS_TAPS = 200
+# The shortest rows (elements) ``max_runs`` is chosen for in 2-D and up, whose each output
+# row costs it a few calls of its vector folds; and in 1-D, the shortest window and the
+# longest row (bytes), each folded whole where the row kernel folds a chunk at a time.
+RUNS_SHORTEST_ROW = 24
+RUNS_KERNEL_1D = 9
 RUNS_LONGEST_ROW = 8192
 
 
 def _runs_win(plan: WindowPlan, itemsize: int, planes: int) -> bool:
     """Where ``max_runs`` was measured faster than the other kernels (two threads, float32,
-    windows with SAME pads at stride 1 but where said; ms, runs against the best other):
+    windows with SAME pads at stride 1 but where said; ms, runs against the best other), of
+    the plans that the plane lanes (small planes) and the row blocks (short rows, windows of
+    at most 7 along them: 7x7 over (8,64,56,56), 0.93 against 1.69) do not take in 2-D and
+    up:
 
     - 2-D and up, windows the row kernels take (at most :data:`ROWS_LONGEST_WINDOW` taps
-      an axis) with an axis of at least :data:`RUNS_KERNEL` taps at a stride of at most an
-      eighth of it: over (4,16,256,256), 9x9 2.0 against 2.5, 15x15 2.1 against 3.0; 9x9
-      over (1,256,14,14) 0.25 against 0.34, 3-D 9x9x9 over (1,4,16,16,16) 0.030 against
-      0.107; but 7x7 2.0 against 1.5, 16x16 at stride 4 1.06 against 0.70, and 9x9 over
-      (1,8,512,512) 1.18 against 1.16;
+      an axis) with an axis of at least :data:`RUNS_KERNEL` taps at stride 1, or 8 times
+      the stride: over (4,16,256,256), 7x7 1.46 against 1.83, 9x9 1.36 against 2.84, 15x15
+      at stride 2 1.36 against 1.35; 9x9 over (1,256,14,14) 0.25 against 0.34; but 5x5 1.56
+      against 1.35, 9x9 at stride 2 1.38 against 1.01, 3x7 and 7x3 the same;
+    - 3-D and up at stride 1, windows of at least :data:`RUNS_TAPS` taps: 7x7x7 over
+      (2,8,64,64,64) 4.3 against 6.8; but 5x5x5 3.5 against 3.9 there and 0.18 against
+      0.15 over (1,4,32,32,32);
     - 2-D and up, longer windows that overlap (at least three times the stride), which the
-      separable passes took: 31x31 2.3 against 7.1, 63x63 2.2 against 8.4, 31x31 at stride 2
-      1.4 against 6.0, 32x32 at stride 8 1.1 against 3.9; 33x33 over (1,8,512,512) 1.36
-      against 3.06; 3-D 15x15x15 over (2,8,64,64,64) 4.7 against 10.2;
-    - 1-D, windows of :data:`RUNS_KERNEL_1D` taps and more over many short rows (at least
-      :data:`RUNS_FEWEST_ROWS`, of at most :data:`RUNS_LONGEST_ROW` bytes), whose cut windows
-      the row kernel's ladder takes one at a time: over (16384, 256), 63 taps 1.9 against
-      3.1, 31 taps 2.1 against 2.4 (15 taps 1.8 against 1.6); not over few long rows (63
-      taps over (4,16,4096): 0.50 against 0.11)."""
-    if not runs_fit(plan) or (plan.rank > 1 and _plane_lanes_win(plan, itemsize, planes)):
-        return False  # (small planes in 2-D and up: 9x9 over (1,64,7,7), 0.012 ms as lanes)
+      separable passes took: 31x31 1.8 against 7.1, 63x63 1.9 against 8.4, 31x31 at stride
+      2 1.4 against 6.0, 32x32 at stride 8 1.1 against 3.9; 33x33 over (1,8,512,512) 1.3
+      against 3.1; 3-D 15x15x15 over (2,8,64,64,64) 3.8 against 10.2;
+    - 1-D, windows of :data:`RUNS_KERNEL_1D` taps and more at a stride of at most an
+      eighth of them, over rows of at most :data:`RUNS_LONGEST_ROW` bytes, whose cut windows
+      the row kernel's ladder takes one at a time: over (16384, 256), 9 taps 1.44 against
+      1.56, 63 taps 1.7 against 3.1; over (64, 4096), 63 taps 0.088 against 0.093; not over
+      longer rows, which the row kernel folds a chunk at a time while in cache (63 taps over
+      (64, 65536): 1.80 against 1.57)."""
+    if not runs_fit(plan) or _plane_lanes_win(plan, itemsize, planes):
+        return False  # small planes (9x9 over (1,64,7,7): 0.012 ms as lanes, 0.049 by runs)
     pairs = [(k, s) for k, s in zip(plan.kernel, plan.strides)]
     if plan.rank == 1:
         (k, s), = pairs
-        return (planes >= RUNS_FEWEST_ROWS and k >= RUNS_KERNEL_1D and k >= 3 * s
+        return (k >= RUNS_KERNEL_1D and k >= 8 * s
                 and plan.in_shape[0] * itemsize <= RUNS_LONGEST_ROW)
-    if max(plan.kernel) <= ROWS_LONGEST_WINDOW:
-        return any(k >= RUNS_KERNEL and 8 * s <= k for k, s in pairs)
-    return any(k >= 3 * s for k, s in pairs if k > 1)
+    if plan.in_shape[-1] < RUNS_SHORTEST_ROW or (row_blocks_fit(plan)
+                                                 and _row_blocks_win(plan, itemsize)):
+        return False  # short rows (7x7 over (8,64,56,56): 0.83 ms by row blocks, 1.53 by runs)
+    if max(plan.kernel) > ROWS_LONGEST_WINDOW:
+        return any(k >= 3 * s for k, s in pairs if k > 1)
+    if plan.rank >= 3 and max(plan.strides) == 1 and math.prod(plan.kernel) >= RUNS_TAPS:
+        return True
+    return any((s == 1 and k >= RUNS_KERNEL) or k >= 8 * s for k, s in pairs)
 
 
 class RunsTables(NamedTuple):
@@ -729,13 +741,10 @@ def runs_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
         axes[:, a] = (ins[a], outs[a], plan.kernel[a], plan.strides[a], plan.pad_begin[a])
     k0, s0 = plan.kernel[0], plan.strides[0]
     setup = np.zeros(runs.SETUP_SIZE, np.int64)
-    if rank == 1:  # blocks of planes, as many as fit the slab, enough for every thread
+    stage = suffixes = prefix = 0
+    if rank == 1:  # whole planes, as many as fit the slab, enough for every thread
         per_item = max(1, RUNS_SLAB_BYTES // (ins[0] * itemsize))
         per_item = max(1, min(per_item, -(-planes // (parts * PIECES_PER_THREAD))))
-        lines = min(per_item, planes)
-        stage = lines * max(ins[0], outs[0])
-        suffixes = min(k0, ins[0]) * lines
-        prefix = lines
         setup[runs.PLANES_PER_ITEM] = per_item
         items = -(-planes // per_item)
     else:
@@ -750,27 +759,31 @@ def runs_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
                                 -(-outs[0] * planes // (parts * PIECES_PER_THREAD)))
         rows_per_item = max(1, min(rows_per_item, outs[0]))
         items_per_plane = -(-outs[0] // rows_per_item)
-        # the largest slab's extents, and the stages every step of the kernel fills
-        extent = [min(ins[0], (rows_per_item - 1) * s0 + k0)] + list(ins[1:])
-        lines = math.prod(extent[:-1])
-        stage = lines * max(ins[-1], outs[-1])
-        suffixes = min(plan.kernel[-1], ins[-1]) * lines
-        prefix = lines
-        inner = outs[-1]
-        for a in range(rank - 2, -1, -1):
+        # each leading axis's pass: units of n rows of `inner` elements into out_n rows
+        units, inner = 1, math.prod(ins)
+        for a in range(rank - 1):
+            n = min(ins[0], (rows_per_item - 1) * s0 + k0) if a == 0 else ins[a]
             out_n = rows_per_item if a == 0 else outs[a]
-            stage = max(stage, math.prod(extent[:a]) * max(extent[a], out_n) * inner)
-            suffixes = max(suffixes, min(plan.kernel[a], extent[a]) * inner)
+            inner //= ins[a]
+            suffixes = max(suffixes, min(plan.kernel[a], n) * inner)
             prefix = max(prefix, inner)
-            inner *= out_n
+            units *= out_n
+            if a < rank - 2:  # written to a stage; the last one's rows go on to the last axis
+                stage = max(stage, units * inner)
         setup[runs.ROWS_PER_ITEM] = rows_per_item
         setup[runs.ITEMS_PER_PLANE] = items_per_plane
         items = planes * items_per_plane
-    check_table(label, "the running maxima's scratch", (2 * stage + suffixes + prefix,),
-                np.dtype(f"V{itemsize}"))
+    # the padded row the last axis reads, and its ladder's two halves
+    last = rank - 1
+    padded = max(plan.pad_begin[last] + ins[last],
+                 (outs[last] - 1) * plan.strides[last] + plan.kernel[last])
+    check_table(label, "the running maxima's scratch",
+                (2 * stage + suffixes + prefix + 3 * padded,), np.dtype(f"V{itemsize}"))
     setup[runs.STAGE] = stage
     setup[runs.SUFFIXES] = suffixes
     setup[runs.PREFIX] = prefix
+    setup[runs.PADDED_ROW] = padded
+    setup[runs.LADDER] = 2 * padded
     return RunsTables(axes, setup, items)
 
 
