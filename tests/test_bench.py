@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from poolfold.bench import add_arguments, memory, report, runner, startup
+from poolfold.bench import add_arguments, flatness, memory, report, runner, startup
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
@@ -171,6 +171,32 @@ def test_memory_section_alone_reports_the_peak_beyond_the_outputs():
     assert row["output_bytes"] == 8 * 64 * 112 * 112 * 4  # Y, float32
     assert row["extra_bytes"] == row["peak_bytes"] - row["output_bytes"]
     assert "maxunpool2d" in memory.summary([row])
+
+
+def test_flatness_times_every_window_and_reports_the_growth(monkeypatch, tmp_path):
+    """The flatness section times each op, input and window (small inputs here), reports
+    each window's median and the slowest over the 3-wide one, and writes its markdown
+    table between its markers."""
+    monkeypatch.setattr(flatness, "INPUTS", (("1-D", (1, 2, 300)), ("2-D", (1, 2, 40, 40))))
+    monkeypatch.setattr(runner, "PAUSE_S", 0.0)
+    rows = flatness.measure(_args("--repeat", "3", "--block-ms", "0"))
+    assert [(r["op"], r["rank"]) for r in rows] == [
+        (op, rank) for rank in ("1-D", "2-D") for op in flatness.OPS]
+    for row in rows:
+        assert sorted(row["ms"]) == list(flatness.WINDOWS)
+        assert all(t > 0 for t in row["ms"].values())
+    row = flatness._rows(rows)[0]
+    assert row.growth() == pytest.approx(max(row.ms.values()) / row.ms[3])
+    text = flatness.summary(rows)
+    assert "slowest / 3-wide" in text and "MaxPool" in text and "AveragePool" in text
+    meta = {"date": "2026-01-01", "processor": "cpu", "cpu_count": 2, "threads": 2,
+            "versions": {"poolfold": "x"}, "load_average_start": [0.1, 0.1, 0.1],
+            "load_average_end": [0.2, 0.1, 0.1]}
+    path = tmp_path / "page.md"
+    path.write_text("before\n<!-- bench:flatness -->\nSTALE\n<!-- /bench:flatness -->\nafter\n")
+    report.fill_marked_sections(str(path), {"flatness": flatness.markdown(rows, meta, "cmd")})
+    page = path.read_text()
+    assert "STALE" not in page and "| MaxPool | 1-D (1, 2, 300) |" in page and "after" in page
 
 
 def test_startup_cases_cover_every_op_dtype_and_indices():

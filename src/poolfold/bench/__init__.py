@@ -11,6 +11,7 @@ Layout (nothing here imports :mod:`poolfold.cli`; the command imports this packa
 - :mod:`.report`     the timing table, the plot, the table helper the sections use
 - :mod:`.child`      running a ``module:function`` in a fresh child process
 - :mod:`.memory`     the ``--memory`` section; :mod:`.startup` the ``--startup`` section
+- :mod:`.flatness`   the ``--flatness`` section: time against window length, stride 1
 
 Adding a benchmark is a module plus a flag: a module with ``measure(args) -> dict`` (or list;
 anything JSON can hold; it may draw its own bar with :func:`poolfold.console.progress`) and
@@ -113,6 +114,11 @@ SECTIONS: tuple[Section, ...] = (
     Section("models", "poolfold.bench.models",
             "also time whole models through poolfold.backend against onnxruntime alone "
             "(--markdown writes its table between <!-- bench:models --> markers)",
+            markdown=True),
+    Section("flatness", "poolfold.bench.flatness",
+            "also time stride-1 MaxPool and AveragePool windows of 3 to 63 taps an axis on "
+            "one 1-D, 2-D and 3-D input each: how the time grows with the window "
+            "(--markdown writes its table between <!-- bench:flatness --> markers)",
             markdown=True),
     Section("dask", "poolfold.bench.dask",
             "also time poolfold.dask: in-memory comparison and an out-of-core zarr run "
