@@ -44,6 +44,10 @@ from .max_rows import _holds_negative_zero, _order_matters
 from .ordering import order_key
 from .simd import HOLDS_NAN, HOLDS_ZERO, fold_pair, fold_taps, zeros_and_nans
 
+# The suffixes a leading axis's pass before the last holds, at most (bytes, unless one
+# element's column takes more): its rows are cut into strips that many rows of fit.
+STRIP_BYTES = 256 * 1024
+
 # Rows of the per-axis table ``axes``: input and output extents, window, stride, and the
 # padding before the first input element.
 IN, OUT, KERNEL, STRIDE, PAD = range(5)
@@ -122,10 +126,10 @@ def _last_axis(row, pad, width, k, s, out, dst, to, ladder, starts):
 
 
 @helper
-def _stream_axis(src, src_at, n, width, k, s, pad, out_n, dst, dst_at, dst_pitch, suffixes,
-                 prefix, empty_value, last, target, ladder, starts, fixes):
+def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, dst_pitch,
+                 suffixes, prefix, empty_value, last, target, ladder, starts, fixes):
     """Output o, for o < ``out_n``, of an axis of ``n`` rows of ``width`` elements at
-    ``src[src_at:]``: the first maximum of rows ``[o*s - pad, o*s - pad + k)`` that lie
+    ``src[src_at:]``, ``pitch`` apart: the first maximum of rows ``[o*s - pad, o*s - pad + k)`` that lie
     inside, or ``empty_value`` where none does (see the module's doc).  ``suffixes`` holds
     ``min(k, n)`` rows, ``prefix`` one.
 
@@ -155,7 +159,7 @@ def _stream_axis(src, src_at, n, width, k, s, pad, out_n, dst, dst_at, dst_pitch
         else:
             while last_row < hi:  # hi never goes back: the prefix follows it
                 last_row += 1
-                at = src_at + last_row * width
+                at = src_at + last_row * pitch
                 if last_row == block + k:
                     block = last_row
                 if last_row == block:
@@ -171,11 +175,11 @@ def _stream_axis(src, src_at, n, width, k, s, pad, out_n, dst, dst_at, dst_pitch
                     held_block = lo_block
                     end = min(lo_block + k, n) - 1
                     at = (end - lo_block) * width
-                    fold_pair(suffixes, at, src, src_at + end * width, src,
-                              src_at + end * width, width)
+                    fold_pair(suffixes, at, src, src_at + end * pitch, src,
+                              src_at + end * pitch, width)
                     for r in range(end - 1, lo_block - 1, -1):
                         at -= width
-                        fold_pair(suffixes, at, src, src_at + r * width, suffixes,
+                        fold_pair(suffixes, at, src, src_at + r * pitch, suffixes,
                                   at + width, width)
                 held = (lo - lo_block) * width
                 if lo_block == block:  # cut by the axis's end inside one block: the suffix
@@ -319,18 +323,23 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
             inner //= axes[IN, a]
             if a < last - 1:
                 dst = stage_b if to_b else stage_a
+                # strips of the rows, whose suffixes stay in cache (3-D rows of 64x64
+                # float32, 16 KiB each, took 1 MiB of suffixes for 63 taps)
+                strip = max(STRIP_BYTES // (min(axes[KERNEL, a], n) * x.itemsize), 1)
                 for u in range(units):
-                    _stream_axis(src, src_at + u * n * inner, n, inner, axes[KERNEL, a],
-                                 axes[STRIDE, a], pad, out_n, dst, u * out_n * inner, inner,
-                                 suffixes, prefix, empty_value, no_ladder, dst, ladder, starts,
-                                 fixes)
+                    for c0 in range(0, inner, strip):
+                        _stream_axis(src, src_at + u * n * inner + c0, n,
+                                     min(strip, inner - c0), inner, axes[KERNEL, a],
+                                     axes[STRIDE, a], pad, out_n, dst,
+                                     u * out_n * inner + c0, inner, suffixes, prefix,
+                                     empty_value, no_ladder, dst, ladder, starts, fixes)
                 src, src_at = read_only(dst), 0
                 to_b = not to_b
                 units *= out_n
                 continue
             for u in range(units):
                 to = y_at + u * out_n * out_last
-                _stream_axis(src, src_at + u * n * inner, n, inner, axes[KERNEL, a],
+                _stream_axis(src, src_at + u * n * inner, n, inner, inner, axes[KERNEL, a],
                              axes[STRIDE, a], pad, out_n, y_flat, to, out_last, suffixes,
                              prefix, empty_value, last_axis, row, ladder, starts, fixes)
                 if fixes[0] == 0:
