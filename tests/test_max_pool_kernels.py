@@ -295,9 +295,10 @@ def test_runs_forced_match_oracle(call):
 
 
 def small_runs_slabs(slab_bytes):
-    """``max_runs`` cuts planes into slabs of at most ``slab_bytes`` (a few rows)."""
+    """``max_runs`` cuts planes into slabs of at most ``slab_bytes`` (a few rows), and the
+    rows of a leading axis's pass before the last into strips of a few elements."""
     module = max_pool_module
-    return patched([(module, "RUNS_SLAB_BYTES", slab_bytes)],
+    return patched([(module, "RUNS_SLAB_BYTES", slab_bytes), (module, "RUNS_STRIP_BYTES", 64)],
                    (module.runs_tables, module._pool_launch, module.choose_kernel))
 
 

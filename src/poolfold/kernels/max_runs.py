@@ -44,18 +44,14 @@ from .max_rows import _holds_negative_zero, _order_matters
 from .ordering import order_key
 from .simd import HOLDS_NAN, HOLDS_ZERO, fold_pair, fold_taps, zeros_and_nans
 
-# The suffixes a leading axis's pass before the last holds, at most (bytes, unless one
-# element's column takes more): its rows are cut into strips that many rows of fit.
-STRIP_BYTES = 256 * 1024
-
 # Rows of the per-axis table ``axes``: input and output extents, window, stride, and the
 # padding before the first input element.
 IN, OUT, KERNEL, STRIDE, PAD = range(5)
 AXIS_ROWS = 5
 # Entries of ``setup``: the work items, and each scratch buffer's elements.
 (ROWS_PER_ITEM, ITEMS_PER_PLANE, PLANES_PER_ITEM, STAGE, SUFFIXES, PREFIX, PADDED_ROW,
- LADDER) = range(8)
-SETUP_SIZE = 8
+ LADDER, STRIP_BYTES) = range(9)
+SETUP_SIZE = 9
 
 
 @njit(inline="always")
@@ -254,7 +250,8 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
         ROWS_PER_ITEM outputs along the first axis of one plane, ITEMS_PER_PLANE items a
         plane; then the elements of each of the two stages, of the suffixes, of the prefix
         row, of the padded row and of the ladder's scratch (sized by the op layer for the
-        largest item; the stages hold nothing in 2-D)
+        largest item; the stages hold nothing in 2-D); STRIP_BYTES, the most the suffixes of
+        a leading axis's pass before the last take, by strips of its rows
     """
     rank = axes.shape[1]
     last = rank - 1
@@ -323,9 +320,9 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
             inner //= axes[IN, a]
             if a < last - 1:
                 dst = stage_b if to_b else stage_a
-                # strips of the rows, whose suffixes stay in cache (3-D rows of 64x64
-                # float32, 16 KiB each, took 1 MiB of suffixes for 63 taps)
-                strip = max(STRIP_BYTES // (min(axes[KERNEL, a], n) * x.itemsize), 1)
+                # strips of the rows whose suffixes fit STRIP_BYTES, and stay in cache (3-D
+                # rows of 64x64 float32, 16 KiB each, took 1 MiB of suffixes for 63 taps)
+                strip = max(setup[STRIP_BYTES] // (min(axes[KERNEL, a], n) * x.itemsize), 1)
                 for u in range(units):
                     for c0 in range(0, inner, strip):
                         _stream_axis(src, src_at + u * n * inner + c0, n,

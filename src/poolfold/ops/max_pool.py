@@ -725,6 +725,9 @@ class RunsTables(NamedTuple):
 # The input a work item of ``max_runs`` covers, at most (unless its windows' rows along the
 # first axis take more): its stages and suffixes then stay in a core's cache.
 RUNS_SLAB_BYTES = 512 * 1024
+# The suffixes a leading axis's pass before the last holds at once, by strips of its rows
+# (3-D 63x63x63 over (2,8,64,64,64), whole rows of 16 KiB: 4.8 ms; in strips, 4.5).
+RUNS_STRIP_BYTES = 256 * 1024
 
 
 @functools.lru_cache(maxsize=256)
@@ -784,6 +787,7 @@ def runs_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
     setup[runs.PREFIX] = prefix
     setup[runs.PADDED_ROW] = padded
     setup[runs.LADDER] = 2 * padded
+    setup[runs.STRIP_BYTES] = RUNS_STRIP_BYTES
     return RunsTables(axes, setup, items)
 
 
