@@ -421,7 +421,8 @@ def test_plane_lanes_chosen_for_small_planes_without_indices():
     assert chosen((1, 832, 7, 7), [3, 3], [1, 1], by_rows=False) != PLANE_LANES  # Indices
     assert chosen((1, 2, 7, 7), [3, 3], [1, 1]) != PLANE_LANES  # too few planes
     assert chosen((1, 832, 7, 7), [3, 3], [1, 1], planes=0) != PLANE_LANES  # channels-last
-    assert chosen((1, 64, 31, 31), [9, 9], [1, 1]) != PLANE_LANES  # too many taps an output
+    assert chosen((1, 64, 31, 31), [11, 11], [1, 1]) != PLANE_LANES  # too many taps an output
+    assert chosen((1, 256, 20, 20), [9, 9], [1, 1]) == PLANE_LANES  # ...but not 81
 
 
 RELU_CASES = [
@@ -744,7 +745,8 @@ def test_rows_are_chosen_where_measured_faster_and_never_for_indices():
     assert chosen([3, 3], [2, 2], itemsize=2) == ROW_BLOCKS
     assert chosen([3, 3, 3], [2, 2, 2], shape=(1, 2, 9, 9, 9)) == ROW_BLOCKS
     assert chosen([17, 1], [1, 1]) == RUNS  # each output row would fold 17 rows
-    assert chosen([17, 3], [2, 2], itemsize=2) == RUNS
+    assert chosen([17, 3], [2, 2], itemsize=2) == PASSES  # a half type's short rows
+    assert chosen([17, 3], [2, 2], itemsize=2, shape=(1, 2, 30, 40)) == RUNS
     assert chosen([17, 1], [1, 1], by_rows=False) == PASSES
     # 3-D at stride 1: rows where the passes would take the last axis by van Herk runs and
     # the leading axes hold at most 25 taps

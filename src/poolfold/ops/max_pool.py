@@ -396,7 +396,7 @@ ROW_BLOCK_ELEMENTS = 2048
 # PLANE_LANES_MOST_INPUT_8.
 PLANE_LANES_MOST_INPUT = 1024
 PLANE_LANES_MOST_INPUT_8 = 256
-PLANE_LANES_MOST_TAPS = 49
+PLANE_LANES_MOST_TAPS = 100
 # The fewest planes it takes unforced: a block of 64 float32 planes pools them all at once.
 PLANE_LANES_FEWEST_PLANES = 4
 # The most taps (outputs times the in-bounds taps of each) of a plane of a half type in 1-D
@@ -446,13 +446,22 @@ def _plane_lanes_win(plan: WindowPlan, itemsize: int, planes: int) -> bool:
     (1,64,56,56): 1.13) nor 4096 (2x2x2 at stride 2 over 16x16x16: 1.32), whose rows the
     other kernels vectorise well, nor where an output reads more than
     :data:`PLANE_LANES_MOST_TAPS` taps on average (a long window reads them all, where the
-    passes' running maxima cost three comparisons an element whatever the window)."""
+    running maxima cost a few comparisons an element whatever the window).  Up to 100 taps
+    (49 before), float32, the SPP pools of YOLO-style networks and the like, two threads,
+    against the best other kernel: 9x9 over (1,256,20,20) 0.126 against 0.23 ms by runs
+    (onnxruntime 0.16), 11x11 0.163 against 0.23, 9x9 over (1,64,28,28) 0.081 against 0.19,
+    13x13 over (1,256,14,14) (88 taps inside on average) 0.095 against 0.38; but 11x11 over
+    (1,64,32,32) (101 taps) 0.148 against 0.093, 15x15 over (4,64,24,24) 0.55 against
+    0.29.  float16 beyond PLANE_LANES_MOST_HALF_TAPS where the row blocks cannot take the
+    window (8 taps and more along the last axis): 9x9 over (1,256,20,20) 0.118 against
+    0.174 by passes (onnxruntime 0.15)."""
     if planes < PLANE_LANES_FEWEST_PLANES or not plane_lanes_fit(plan, itemsize):
         return False
     if plan.rank >= 3 or itemsize == 4:
         return True
-    if itemsize == 2:
-        return math.prod(plan.out_shape) * _mean_taps(plan) <= PLANE_LANES_MOST_HALF_TAPS
+    if itemsize == 2:  # (the row blocks take no last-axis window of 8 taps and more)
+        return (math.prod(plan.out_shape) * _mean_taps(plan) <= PLANE_LANES_MOST_HALF_TAPS
+                or plan.kernel[-1] >= LADDER_TAPS)
     return math.prod(plan.in_shape) <= PLANE_LANES_MOST_INPUT_8
 
 
@@ -662,11 +671,17 @@ def runs_fit(plan: WindowPlan) -> bool:
 # stride 1 (at stride s, 8*s), and in 3-D and up the fewest taps a window at stride 1 has
 # (see _runs_win).
 RUNS_KERNEL = 7
+RUNS_KERNEL_HALF = 5
 RUNS_TAPS = 200
 # The shortest rows (elements) ``max_runs`` is chosen for in 2-D and up, whose each output
-# row costs it a few calls of its vector folds; and in 1-D, the shortest window and the
-# longest row (bytes), each folded whole where the row kernel folds a chunk at a time.
-RUNS_SHORTEST_ROW = 24
+# row costs it a few calls of its vector folds (9x9 over (1,256,14,14): 0.41 ms by runs,
+# 0.34 by passes, 0.066 as plane lanes; 13x13 over (1,256,20,20), 0.27 by runs, 0.54 by
+# rows; float16 and bfloat16, widened as they are read, from 32: 13x13 over (1,256,20,20),
+# 0.21 by runs, 0.18 by passes; 15x15 over (4,64,24,24), 0.28 and 0.22); and in 1-D, the
+# shortest window and the longest row (bytes), each folded whole where the row kernel folds
+# a chunk at a time.
+RUNS_SHORTEST_ROW = 16
+RUNS_SHORTEST_ROW_HALF = 32
 RUNS_KERNEL_1D = 9
 RUNS_LONGEST_ROW = 8192
 
@@ -679,8 +694,10 @@ def _runs_win(plan: WindowPlan, itemsize: int, planes: int) -> bool:
     up:
 
     - 2-D and up, windows the row kernels take (at most :data:`ROWS_LONGEST_WINDOW` taps
-      an axis) with an axis of at least :data:`RUNS_KERNEL` taps at stride 1, or 8 times
-      the stride: over (4,16,256,256), 7x7 1.46 against 1.83, 9x9 1.36 against 2.84, 15x15
+      an axis) with an axis of at least :data:`RUNS_KERNEL` taps (float16 and bfloat16 in
+      2-D: :data:`RUNS_KERNEL_HALF`, 5x5 0.94 against 2.0 ms by passes and 1.07 by rows, but
+      uint8 0.61 against 0.47) at stride 1, or 8 times the stride: over (4,16,256,256), 7x7
+      1.46 against 1.83, 9x9 1.36 against 2.84, 15x15
       at stride 2 1.36 against 1.35; 9x9 over (1,256,14,14) 0.25 against 0.34; but 5x5 1.56
       against 1.35, 9x9 at stride 2 1.38 against 1.01, 3x7 and 7x3 the same;
     - 3-D and up at stride 1, windows of at least :data:`RUNS_TAPS` taps: 7x7x7 over
@@ -703,14 +720,16 @@ def _runs_win(plan: WindowPlan, itemsize: int, planes: int) -> bool:
         (k, s), = pairs
         return (k >= RUNS_KERNEL_1D and k >= 8 * s
                 and plan.in_shape[0] * itemsize <= RUNS_LONGEST_ROW)
-    if plan.in_shape[-1] < RUNS_SHORTEST_ROW or (row_blocks_fit(plan)
+    shortest_row = RUNS_SHORTEST_ROW_HALF if itemsize == 2 else RUNS_SHORTEST_ROW
+    if plan.in_shape[-1] < shortest_row or (row_blocks_fit(plan)
                                                  and _row_blocks_win(plan, itemsize)):
         return False  # short rows (7x7 over (8,64,56,56): 0.83 ms by row blocks, 1.53 by runs)
     if max(plan.kernel) > ROWS_LONGEST_WINDOW:
         return any(k >= 3 * s for k, s in pairs if k > 1)
     if plan.rank >= 3 and max(plan.strides) == 1 and math.prod(plan.kernel) >= RUNS_TAPS:
         return True
-    return any((s == 1 and k >= RUNS_KERNEL) or k >= 8 * s for k, s in pairs)
+    shortest = RUNS_KERNEL_HALF if itemsize == 2 and plan.rank == 2 else RUNS_KERNEL
+    return any((s == 1 and k >= shortest) or k >= 8 * s for k, s in pairs)
 
 
 class RunsTables(NamedTuple):
