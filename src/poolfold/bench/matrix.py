@@ -93,6 +93,9 @@ CASES = (
     # inception-style: many channels on small planes (googlenet's last blocks)
     Case("2d-k3-s1-p1-c832-7-b1", (1, 832, 7, 7), (3, 3), pads=(1, 1, 1, 1), ceil_mode=1),
     Case("2d-k2-s2-c832-14-b1", (1, 832, 14, 14), (2, 2), strides=(2, 2), ceil_mode=1),
+    # YOLO-style spatial pyramid pooling: stride-1 windows of 5, 9 and 13 over 20x20 planes
+    Case("2d-k9-s1-p4-c256-20-b1", (1, 256, 20, 20), (9, 9), pads=(4, 4, 4, 4)),
+    Case("2d-k13-s1-p6-c256-20-b1", (1, 256, 20, 20), (13, 13), pads=(6, 6, 6, 6)),
     # rank 2, other types
     Case("2d-k3-s2-p1-f16", (8, 64, 112, 112), (3, 3), strides=(2, 2), pads=(1, 1, 1, 1),
          dtype="float16"),
