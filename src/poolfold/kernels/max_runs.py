@@ -61,7 +61,8 @@ def _ladder(row, span, k, s, out, dst, to, ladder, starts, no_nan):
     the two halves of ``ladder`` (each at least ``span``); by plain comparisons where
     ``no_nan``.  At a stride, every position's window, then every s-th kept.  (Each level's
     fold written out for each case: through one helper that took the sources as they came,
-    the ladder took a quarter longer.)"""
+    the ladder took a quarter longer, and through the row kernel's, inlined, 63x63 windows
+    over (4,16,256,256) took 2.3 ms against 1.8.)"""
     half = ladder.size // 2
     at = 0  # where the current level starts: in row, then in ladder
     nxt = 0  # ...and the next in ladder
