@@ -423,6 +423,8 @@ def test_plane_lanes_chosen_for_small_planes_without_indices():
     assert chosen((1, 832, 7, 7), [3, 3], [1, 1], planes=0) != PLANE_LANES  # channels-last
     assert chosen((1, 64, 31, 31), [11, 11], [1, 1]) != PLANE_LANES  # too many taps an output
     assert chosen((1, 256, 20, 20), [9, 9], [1, 1]) == PLANE_LANES  # ...but not 81
+    assert chosen((1, 64, 256), [9], [1]) == PLANE_LANES  # 1-D: windows up to 9 taps
+    assert chosen((1, 64, 256), [11], [1]) != PLANE_LANES
 
 
 RELU_CASES = [

@@ -397,6 +397,9 @@ ROW_BLOCK_ELEMENTS = 2048
 PLANE_LANES_MOST_INPUT = 1024
 PLANE_LANES_MOST_INPUT_8 = 256
 PLANE_LANES_MOST_TAPS = 100
+# The longest 1-D window it takes unforced: 3 to 9 taps were measured faster as lanes; 63
+# taps over (16384, 256) took 4.1-4.7 ms as lanes, 1.7 by running maxima.
+PLANE_LANES_LONGEST_1D = 9
 # The fewest planes it takes unforced: a block of 64 float32 planes pools them all at once.
 PLANE_LANES_FEWEST_PLANES = 4
 # The most taps (outputs times the in-bounds taps of each) of a plane of a half type in 1-D
@@ -456,6 +459,8 @@ def _plane_lanes_win(plan: WindowPlan, itemsize: int, planes: int) -> bool:
     window (8 taps and more along the last axis): 9x9 over (1,256,20,20) 0.118 against
     0.174 by passes (onnxruntime 0.15)."""
     if planes < PLANE_LANES_FEWEST_PLANES or not plane_lanes_fit(plan, itemsize):
+        return False
+    if plan.rank == 1 and plan.kernel[0] > PLANE_LANES_LONGEST_1D:
         return False
     if plan.rank >= 3 or itemsize == 4:
         return True
