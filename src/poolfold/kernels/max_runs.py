@@ -126,9 +126,9 @@ def _last_axis(row, pad, width, k, s, out, dst, to, ladder, starts):
 def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, dst_pitch,
                  suffixes, prefix, empty_value, last, target, ladder, starts, fixes):
     """Output o, for o < ``out_n``, of an axis of ``n`` rows of ``width`` elements at
-    ``src[src_at:]``, ``pitch`` apart: the first maximum of rows ``[o*s - pad, o*s - pad + k)`` that lie
-    inside, or ``empty_value`` where none does (see the module's doc).  ``suffixes`` holds
-    ``min(k, n)`` rows, ``prefix`` one.
+    ``src[src_at:]``, ``pitch`` apart: the first maximum of rows
+    ``[o*s - pad, o*s - pad + k)`` that lie inside, or ``empty_value`` where none does (see
+    the module's doc).  ``suffixes`` holds ``min(k, n)`` rows, ``prefix`` one.
 
     Into ``dst[dst_at + o*dst_pitch:][:width]`` (``target`` is ``dst``); or, with ``last``
     (the axis's kernel, stride, padding and outputs, for the last axis), into ``target``, the
