@@ -44,8 +44,11 @@ def _fold_taps(dst, to, src, starts, first, taps, count, no_nan):
 
 
 @njit
-def _fold_pair(dst, to, first, first_at, second, second_at, count):
-    fold_pair(dst, to, first, first_at, second, second_at, count)
+def _fold_pair(dst, to, first, first_at, second, second_at, count, no_nan=False):
+    if no_nan:
+        fold_pair(dst, to, first, first_at, second, second_at, count, True)
+    else:
+        fold_pair(dst, to, first, first_at, second, second_at, count, False)
 
 
 @njit
@@ -140,19 +143,25 @@ def test_fold_vectors_keeps_the_first_maximum(dtype, taps):
 def test_fold_pair_keeps_the_first_of_two_arrays(dtype):
     """``fold_pair`` folds an element of one array then one of another, at every ragged
     count, and in place (the destination the first source, the elements apart), as running
-    maxima do."""
-    x, y = values(dtype, 2 * MOST + 40, seed=7), values(dtype, 2 * MOST + 40, seed=8)
-    xv, yv = dtypes.value_view(x), dtypes.value_view(y)
-    both = np.concatenate([x, y])
-    for count in COUNTS:
-        dst = np.zeros(MOST + 5, xv.dtype)
-        _fold_pair(dst, 3, xv, 5, yv, 11, count)
-        want = expected(both, MOST + 5, 3, [5, x.size + 11], count, 1)
-        assert dst.view(np.uint8).tobytes() == want, (dtype, count)
-        run = xv.copy()  # run[m] = fold(run[m - c], y[m]): the prefix step, in place
-        _fold_pair(run, count + 2, run, 2, yv, 11, count)
-        want = expected(both, count, 0, [2, x.size + 11], count, 1)
-        assert run[count + 2:2 * count + 2].view(np.uint8).tobytes() == want, (dtype, count)
+    maxima do; with ``no_nan`` (plain comparisons) on taps that hold no NaN, -0.0 before
+    +0.0 still keeps the first."""
+    for no_nan in (False, True):
+        x, y = values(dtype, 2 * MOST + 40, seed=7), values(dtype, 2 * MOST + 40, seed=8)
+        if no_nan and dtype not in ("int8", "uint8"):
+            x[np.isnan(x.astype(np.float64))] = -0.0
+            y[np.isnan(y.astype(np.float64))] = 0.0
+        xv, yv = dtypes.value_view(x), dtypes.value_view(y)
+        both = np.concatenate([x, y])
+        for count in COUNTS:
+            dst = np.zeros(MOST + 5, xv.dtype)
+            _fold_pair(dst, 3, xv, 5, yv, 11, count, no_nan)
+            want = expected(both, MOST + 5, 3, [5, x.size + 11], count, 1)
+            assert dst.view(np.uint8).tobytes() == want, (dtype, no_nan, count)
+            run = xv.copy()  # run[m] = fold(run[m - c], y[m]): the prefix step, in place
+            _fold_pair(run, count + 2, run, 2, yv, 11, count, no_nan)
+            want = expected(both, count, 0, [2, x.size + 11], count, 1)
+            assert run[count + 2:2 * count + 2].view(np.uint8).tobytes() == want, (
+                dtype, no_nan, count)
 
 
 @pytest.mark.parametrize("dtype", TYPES)

@@ -29,13 +29,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import helper
+from . import uncounted_helper
 from .ordering import order_key
 from .simd import fold_pair
 from .words import EVEN_IS_HIGH, element_of_word
 
 
-@helper
+@uncounted_helper
 def beats(v, held):
     """Whether a later tap ``v`` replaces the ``held`` one: it is greater, or it is the first
     NaN (a held NaN stays).  Two comparisons and no branch: "not ``v <= held``" is true when
@@ -71,7 +71,7 @@ def fold_values(dst, to, src, starts, taps, count):
             dst[u(to + i)] = v if beats(v, h) else h
 
 
-@helper
+@uncounted_helper
 def fold(dst, dst_at, to, to_at, src, src_at, starts, taps, count):
     """``dst[to + i]`` = the first maximum of ``src[starts[t] + i]`` over taps ``t < taps`` in
     order, for i below ``count``; positions carried from ``src_at`` (laid out as ``src``) to
@@ -116,7 +116,7 @@ def fold(dst, dst_at, to, to_at, src, src_at, starts, taps, count):
             dst_at[u(to_at + i)] = v_at if take else h_at
 
 
-@helper
+@uncounted_helper
 def fold_rows(dst, dst_at, targets, x, e, n, rows, k, d, count):
     """Rows of the input at stride 1: for each row r below ``rows``, ``dst[targets[r] + i]``
     = the first maximum of ``x[e + r*n + t*d + i]`` over taps ``t < k``, for i below
@@ -172,13 +172,13 @@ def fold_rows(dst, dst_at, targets, x, e, n, rows, k, d, count):
                 dst_at[u(to + i)] = bt + i if take else h_at
 
 
-@helper
+@uncounted_helper
 def _half_shift(e, bits):
     """The shift that brings element ``e``'s half of its word down."""
     return np.int64(bits if (e % 2 == 1) != EVEN_IS_HIGH else 0)
 
 
-@helper
+@uncounted_helper
 def fold_word_rows(dst, dst_at, targets, words, e, n, rows, k, d, count, bits):
     """:func:`fold_rows` at stride 2: tap t of output i is element ``e + r*n + t*d + 2*i``,
     read from ``words``, the input seen as words of two elements of ``bits`` bits
@@ -193,7 +193,7 @@ def fold_word_rows(dst, dst_at, targets, words, e, n, rows, k, d, count, bits):
     _fold_word_rows(dst, dst_at, targets, words, e, n // 2, rows, k, d, count, bits)
 
 
-@helper
+@uncounted_helper
 def _fold_word_rows(dst, dst_at, targets, words, e, row_words, rows, k, d, count, bits):
     """:func:`fold_word_rows` with rows ``row_words`` words apart."""
     u = np.uint64
@@ -254,7 +254,7 @@ def _fold_word_rows(dst, dst_at, targets, words, e, row_words, rows, k, d, count
                     dst_at[u(to + i)] = ft + 2 * (w + i) if take else h_at
 
 
-@helper
+@uncounted_helper
 def fold_strided_rows(dst, dst_at, targets, x, e, n, rows, k, s, d, count):
     """Rows of the input at a stride ``s`` the other row readers do not serve: for each row r
     below ``rows``, ``dst[targets[r] + i]`` = the first maximum of ``x[e + r*n + i*s + t*d]``
@@ -281,7 +281,7 @@ def fold_strided_rows(dst, dst_at, targets, x, e, n, rows, k, s, d, count):
                 dst_at[u(to + i)] = h_at
 
 
-@helper
+@uncounted_helper
 def fold_column(dst, dst_at, targets, x, e, n, rows, d, taps):
     """For each row r below ``rows``: ``dst[targets[r]]`` = the first maximum of
     ``x[e + r*n + t*d]`` over taps ``t < taps`` (at least one): one output of every row, for
@@ -304,7 +304,7 @@ def fold_column(dst, dst_at, targets, x, e, n, rows, d, taps):
                 dst_at[u(targets[r])] = at if take else h_at
 
 
-@helper
+@uncounted_helper
 def prefix_runs(run, run_at, src, src_at, at, n, inner, k, d):
     """``run[m*inner:][:inner]`` = the first maximum of rows ``m, m - d, ...`` of
     ``src[at:]`` (each ``inner`` long) back to the start of m's block: blocks of k rows of one
@@ -322,7 +322,7 @@ def prefix_runs(run, run_at, src, src_at, at, n, inner, k, d):
                 for i in range(inner):
                     run_at[u(here + i)] = src_at[u(row + i)]
         elif run_at is None:
-            fold_pair(run, here, run, here - d * inner, src, row, inner)
+            fold_pair(run, here, run, here - d * inner, src, row, inner, False)
         else:
             back = here - d * inner
             for i in range(inner):
@@ -339,7 +339,7 @@ def prefix_runs(run, run_at, src, src_at, at, n, inner, k, d):
             tap = 0 if tap == k - 1 else tap + 1
 
 
-@helper
+@uncounted_helper
 def suffix_runs(run, run_at, to, src, src_at, at, n, inner, k, d):
     """``run[to + m*inner:][:inner]`` = the first maximum of rows ``m, m + d, ...`` of
     ``src[at:]`` up to the end of m's block (see :func:`prefix_runs`) or of the rows."""
@@ -354,7 +354,7 @@ def suffix_runs(run, run_at, to, src, src_at, at, n, inner, k, d):
                 for i in range(inner):
                     run_at[u(here + i)] = src_at[u(row + i)]
         elif run_at is None:
-            fold_pair(run, here, src, row, run, here + d * inner, inner)
+            fold_pair(run, here, src, row, run, here + d * inner, inner, False)
         else:
             ahead = here + d * inner
             for i in range(inner):
@@ -367,7 +367,7 @@ def suffix_runs(run, run_at, to, src, src_at, at, n, inner, k, d):
                 run_at[u(here + i)] = v_at if take else h_at
 
 
-@helper
+@uncounted_helper
 def fill_column(dst, dst_at, targets, rows, value):
     """``dst[targets[r]]`` = ``value`` (an empty window's), positions -1, for every row r."""
     for r in range(rows):
@@ -376,7 +376,7 @@ def fill_column(dst, dst_at, targets, rows, value):
             dst_at[targets[r]] = -1
 
 
-@helper
+@uncounted_helper
 def fill(dst, dst_at, to, to_at, count, value):
     """``dst[to:to + count]`` = ``value`` (an empty window's), positions (from ``to_at``) -1."""
     for i in range(count):

@@ -520,21 +520,25 @@ def fold_taps(typingctx, dst, to, src, starts, first, taps, count, no_nan):
                        no_nan), codegen)
 
 
-@intrinsic
-def fold_pair(typingctx, dst, to, first, first_at, second, second_at, count):
+@intrinsic(prefer_literal=True)
+def fold_pair(typingctx, dst, to, first, first_at, second, second_at, count, no_nan):
     """``dst[to + i]`` = the first maximum of ``first[first_at + i]`` then
     ``second[second_at + i]``, for i < ``count``: one step of a running maximum (the van Herk
     / Gil-Werman runs of :mod:`poolfold.kernels.folds`), whose two sources may be two arrays
     (a run and the input).  numba's loop over a position's run of lanes (16 float32) was
     unrolled by LLVM before its loop vectoriser saw it, and numba runs no other: one scalar
     comparison an element (windows of 1x63 over (4,16,256,256) float32 by the separable
-    passes: 4.5 ms, 3.4 with this).  ``dst`` may be ``first``, the elements apart."""
-    if not (_arrays_of(dst, first, _supported) and _arrays_of(dst, second, _supported)):
+    passes: 4.5 ms, 3.4 with this).  ``dst`` may be ``first``, the elements apart.
+    ``no_nan``, a literal: True where the caller knows neither source holds a NaN, which
+    folds by plain comparisons (and copies, a source folded with itself, either way)."""
+    if not (_arrays_of(dst, first, _supported) and _arrays_of(dst, second, _supported)
+            and isinstance(no_nan, types.BooleanLiteral)):
         return None
     dtype = first.dtype
+    combine = _fold_in_no_nan if no_nan.literal_value else _fold_in
 
     def codegen(context, builder, signature, args):
-        dst_v, to_v, first_v, first_at_v, second_v, second_at_v, count_v = args
+        dst_v, to_v, first_v, first_at_v, second_v, second_at_v, count_v, _ = args
         i64 = ir.IntType(64)
         lanes = _lanes(dtype)
         element_type = context.get_data_type(dtype)
@@ -553,7 +557,7 @@ def fold_pair(typingctx, dst, to, first, first_at, second, second_at, count):
             _check(context, builder, to_at, builder.add(to_at, reach), sizes[0])
             held = _load(builder, bases[1], held_at, vector_type)
             v = _load(builder, bases[2], v_at, vector_type)
-            _store(builder, bases[0], to_at, _fold_in(builder, dtype, held, v))
+            _store(builder, bases[0], to_at, combine(builder, dtype, held, v))
 
         width = ir.Constant(i64, lanes)
         vectors = builder.sdiv(count_v, width)
@@ -572,8 +576,8 @@ def fold_pair(typingctx, dst, to, first, first_at, second, second_at, count):
                         step(i, 1)
         return context.get_dummy_value()
 
-    return (types.void(dst, types.int64, first, types.int64, second, types.int64, types.int64),
-            codegen)
+    return (types.void(dst, types.int64, first, types.int64, second, types.int64, types.int64,
+                       no_nan), codegen)
 
 
 def _transposed(builder, rows):
