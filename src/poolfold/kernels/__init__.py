@@ -38,6 +38,20 @@ else:  # pragma: no cover - another numba's layout
     _OVERLOAD_OPTIONS = {}
 
 
+# The decorator of a helper that allocates no array and keeps none past its return, called in
+# a kernel's hot loop: compiled without numba's reference counting, so it reads and writes
+# its caller's arrays (alive across the call) as they are.  Where a helper's arrays are
+# counted, the counts its inlined helpers add around each call are atomic and, where that
+# helper branches much, not pruned: 40% of long 3-D MaxPool windows' time went to counting
+# the arrays of the runs kernel's per-row ladder.
+if linking.AVAILABLE:
+    uncounted_helper = numba.njit(nogil=True, no_cpython_wrapper=True, no_cfunc_wrapper=True,
+                                  pipeline_class=linking.HelperCompiler, _nrt=False)
+else:  # pragma: no cover - another numba's layout
+    uncounted_helper = numba.njit(cache=True, nogil=True, no_cpython_wrapper=True,
+                                  no_cfunc_wrapper=True, _nrt=False)
+
+
 def helper_overload(function, **options):
     """``numba.extending.overload`` for the kernels: each implementation it picks is compiled
     as a helper is (linked into its callers only)."""

@@ -14,7 +14,7 @@ from numba import types
 
 from ..geometry import row_major_strides
 from ..memory import check_table
-from . import helper, helper_overload, kernel
+from . import helper_overload, kernel, uncounted_helper
 
 from .half import HALF_BITS, as_float32
 from .odometer import next_in_ranges, next_in_shape
@@ -45,7 +45,7 @@ def _add_into(acc, i, v):
     return add
 
 
-@helper
+@uncounted_helper
 def _add_run(acc, values):
     """``acc[i] += values[i]`` (in the accumulation rule of the types) along a run of taps;
     both are views sliced to line up, which lets LLVM vectorise the contiguous case."""
@@ -53,7 +53,7 @@ def _add_run(acc, values):
         add_into(acc, i, values[i])
 
 
-@helper
+@uncounted_helper
 def _add_run_kept(acc, values, column, kept, identity):
     """:func:`_add_run`, adding ``identity`` instead of ``values[i]`` where ``column[i]`` is
     not below ``kept``.  Adding the type's identity leaves a sum exactly as it was, and the

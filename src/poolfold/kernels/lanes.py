@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import helper, helper_overload
+from . import helper_overload, uncounted_helper
 from .simd import transpose_tile, vector_width
 
 
@@ -35,7 +35,7 @@ def _lane_count(a):
     return lambda a: lanes
 
 
-@helper
+@uncounted_helper
 def to_lanes(x, base, rows, n, lanes, lanes_at, phases):
     """Rows ``x[base + l*n:][:n]`` for l below ``rows`` into ``lanes``: element m of row l to
     ``lanes[r*L + l]``, r the row of position m in ``phases`` phases (position m in phase
@@ -53,7 +53,7 @@ def to_lanes(x, base, rows, n, lanes, lanes_at, phases):
                 lanes_at[u(r + lane)] = base + min(lane, rows - 1) * n + m
 
 
-@helper
+@uncounted_helper
 def from_lanes(lanes, lanes_at, count, rows, dst, dst_at, targets, targets_at):
     """The first ``count`` positions of lanes l below ``rows`` back into rows: lane l to
     ``dst[targets[l]:][:count]`` (positions to ``dst_at[targets_at[l]:]``), a tile of ``L``
@@ -73,7 +73,7 @@ def from_lanes(lanes, lanes_at, count, rows, dst, dst_at, targets, targets_at):
                     dst_at[u(to + o)] = lanes_at[u((o0 + o) * width + lane)]
 
 
-@helper
+@uncounted_helper
 def to_lanes_tiled(x, base, rows, n, lanes):
     """:func:`to_lanes` in one phase, without positions, for rows of at least a vector
     (:func:`poolfold.kernels.simd.vector_width`): tiles of a vector's lanes square, the last
@@ -91,7 +91,7 @@ def to_lanes_tiled(x, base, rows, n, lanes):
             transpose_tile(lanes, m * width + h, width, side, x, first + m, n, loads)
 
 
-@helper
+@uncounted_helper
 def from_lanes_tiled(lanes, count, rows, dst, to, pitch):
     """:func:`from_lanes` for rows ``pitch`` apart from ``dst[to:]`` (lane l to
     ``dst[to + l*pitch:][:count]``), ``count`` at least a vector: tiles as in
@@ -106,7 +106,7 @@ def from_lanes_tiled(lanes, count, rows, dst, to, pitch):
                            side)
 
 
-@helper
+@uncounted_helper
 def evenly_spaced(targets, count):
     """Whether ``targets[:count]`` step by one pitch (any, for fewer than two); and it."""
     pitch = targets[1] - targets[0] if count > 1 else 0

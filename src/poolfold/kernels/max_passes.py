@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 from numba import types
 
-from . import helper, helper_overload, kernel, read_only
+from . import helper, helper_overload, kernel, read_only, uncounted_helper
 from .folds import (fill, fill_column, fold, fold_column, fold_rows, fold_strided_rows,
                     fold_word_rows, prefix_runs, suffix_runs)
 from .lanes import (evenly_spaced, from_lanes, from_lanes_tiled, lane_count, to_lanes,
@@ -78,7 +78,7 @@ def _positions_overload(indices, size):
     return lambda indices, size: np.empty(size, np.int64)
 
 
-@helper
+@uncounted_helper
 def _place_units(targets, units, n, phases, next_units, base, pitch):
     """``targets[u]`` = ``base + r*pitch``, r the row of unit u (of ``units``) in the next
     pass's layout: ``next_units`` units of ``n`` positions in ``phases`` phases, position m
@@ -98,7 +98,7 @@ def _place_units(targets, units, n, phases, next_units, base, pitch):
             outer += 1
 
 
-@helper
+@uncounted_helper
 def _run_pass(src, src_at, units, n, inner, phases, first, lo, hi, k, s, d, uncut_lo, uncut_hi,
               shift, o_b, o_e, run, run_at, van_herk, dst, dst_at, targets, base_at, starts,
               empty_value):
@@ -147,7 +147,7 @@ def _run_pass(src, src_at, units, n, inner, phases, first, lo, hi, k, s, d, uncu
                          shift, o_b, o_b, o_e, dst, dst_at, to, to_at, here, empty_value)
 
 
-@helper
+@uncounted_helper
 def _cut_outputs(src, src_at, u, units, per_phase, inner, phases, first, lo, hi, d, shift, o_b,
                  o_lo, o_hi, dst, dst_at, to, to_at, here, empty_value):
     """Outputs ``[o_lo, o_hi)`` of unit u of :func:`_run_pass`, one at a time: windows the
@@ -164,7 +164,7 @@ def _cut_outputs(src, src_at, u, units, per_phase, inner, phases, first, lo, hi,
         fold(dst, dst_at, to + at, to_at + at, src, src_at, here, taps, inner)
 
 
-@helper
+@uncounted_helper
 def _van_herk(src, src_at, unit_at, n, inner, first, lo, hi, k, s, d, flat_lo, flat_hi, shift,
               o_b, o_e, run, run_at, dst, dst_at, to, to_at, here, empty_value):
     """One unit of :func:`_run_pass` (its ``n`` positions at ``src[unit_at:]``, in order) by
@@ -207,7 +207,7 @@ def _van_herk(src, src_at, unit_at, n, inner, first, lo, hi, k, s, d, flat_lo, f
             fold(dst, dst_at, to + at, to_at + at, runs, run_at, here, one, inner)
 
 
-@helper
+@uncounted_helper
 def _rows_pass(x, words, paired, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi,
                shift, o_b, o_e, dst, dst_at, targets, empty_value):
     """The pass over the last axis of channels-first planes, reading the ``rows`` rows of
@@ -287,7 +287,7 @@ def _lanes_pass(x, base, rows, n, first, lo, hi, k, s, d, uncut_lo, uncut_hi, sh
                        dst, dst_at, targets[g:g + group], targets[g:g + group])
 
 
-@helper
+@uncounted_helper
 def _fold_uncut(dst, dst_at, targets, x, words, paired, e, n, rows, k, s, d, count, bits):
     """The uncut outputs of rows read where they lie: as ``words`` (``paired``, stride 2),
     shifted (stride 1) or strided (any other stride).  Chosen at run time, once per chunk of
@@ -345,7 +345,7 @@ def _tail_overload(a, lo):
     return lambda a, lo: a[lo:]
 
 
-@helper
+@uncounted_helper
 def _nchw_positions(base, count, plane_size, channels, dst_at):
     """``dst_at[j]`` = the position of element ``base + j`` of a channels-last tensor whose
     planes (images) hold ``plane_size`` elements: its index in the channels-first tensor."""
@@ -357,7 +357,7 @@ def _nchw_positions(base, count, plane_size, channels, dst_at):
         dst_at[j] = (image * channels + within % channels) * spatial + within // channels
 
 
-@helper
+@uncounted_helper
 def _channels_first_indices(positions, at, units, block, channels, indices, p0, q0):
     """Unit u's positions (``block`` of them from ``positions[at + u*block]``, outputs by
     channels) into ``indices[p0 + u]``, which holds channel c's outputs from
@@ -371,7 +371,7 @@ def _channels_first_indices(positions, at, units, block, channels, indices, p0, 
                 indices[p0 + u, c * spatial_out + q0 + q] = positions[held + q * channels + c]
 
 
-@helper
+@uncounted_helper
 def _to_column_major(indices, p0, p1, q0, q1, in_shape, spatial_in, channels):
     """Indices ``[q0, q1)`` of every channel of rows ``[p0, p1)`` from row-major positions to
     first-axis-fastest ones (storage_order 1), plane offset kept; -1 stays -1."""
@@ -396,7 +396,7 @@ def _to_column_major(indices, p0, p1, q0, q1, in_shape, spatial_in, channels):
                 indices[p, q] = plane_at + column_major
 
 
-@helper
+@uncounted_helper
 def _fill_empty(y, indices, p, q0, count, channels, empty_value):
     """Outputs ``[q0, q0 + count)`` of plane p (channels included) are empty windows: Y gets
     ``empty_value`` and every channel's Indices -1."""

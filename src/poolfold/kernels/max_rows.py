@@ -63,7 +63,7 @@ import math
 import numpy as np
 from numba import njit, types
 
-from . import helper, helper_overload, kernel, read_only
+from . import helper, helper_overload, kernel, read_only, uncounted_helper
 from .folds import beats
 from .simd import (HOLDS_NAN, HOLDS_ZERO, fold_lanes, fold_strided, fold_strided_screened,
                    fold_taps, fold_vectors, zeros_and_nans)
@@ -185,7 +185,7 @@ def _fold_four(dst, to, src, ladder, from_src, starts, count, no_nan):
         fold_taps(dst, to, read_only(ladder), starts, 0, 4, count, False)
 
 
-@helper
+@uncounted_helper
 def _ladder(dst, to, src, e, count, s, k, d, ladder, starts):
     """``dst[to + i]`` = the first maximum of ``src[e + i*s + t*d]`` over taps t < k, for i
     below ``count``, by a ladder of runs: the first maximum over runs of 4, 16, ..., p taps
@@ -240,7 +240,7 @@ def _ladder(dst, to, src, e, count, s, k, d, ladder, starts):
             dst[u(to + c0 + i)] = v if beats(v, h) else h
 
 
-@helper
+@uncounted_helper
 def _edge_scans(dst, to, src, e, first, lo, hi, out, uncut_lo, uncut_hi, width):
     """The cut windows of a row at dilation 1 whose windows before the uncut ones all start
     at the row's start and those after it all end at its end (the op layer checks this):
@@ -354,7 +354,7 @@ def _holds_negative_zero_overload(src, lo, hi):
     return by_value
 
 
-@helper
+@uncounted_helper
 def _in_window_order(dst, to, src, row_at, rows, first, lo, hi, d, out, lanes, signed_zeros):
     """For each output of row ``dst[to:to + out*lanes]`` that is a NaN, or a zero where
     ``signed_zeros`` (the taps may hold a -0.0): the first
@@ -402,7 +402,7 @@ def _reduce_lanes(dst, to, src, e, first, lo, hi, d, o_lo, o_hi, lanes, empty_va
         fold_vectors(dst, where, src, lane_taps, taps, lanes)
 
 
-@helper
+@uncounted_helper
 def _leading_rows(row_at, x_at, lead_at, no_taps, lead_taps, steps, o, j, last):
     """Where the input rows of leading output position ``o`` start (``row_at``, in window
     order), and how many there are: per leading axis, ``lead_taps[a, o[a]]`` taps from
@@ -421,7 +421,7 @@ def _leading_rows(row_at, x_at, lead_at, no_taps, lead_taps, steps, o, j, last):
     return rows
 
 
-@helper
+@uncounted_helper
 def _rows_in_window_order(dst, src, fixes, count, p, x_at, out_size, out, lanes, row_at,
                           lead_at, no_taps, lead_taps, steps, o, j, out_shape, last, first,
                           lo, hi, d, signed_zeros):
