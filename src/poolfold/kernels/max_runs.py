@@ -52,79 +52,75 @@ IN, OUT, KERNEL, STRIDE, PAD = range(5)
 AXIS_ROWS = 5
 # Entries of ``setup``: the work items, and each scratch buffer's elements.
 (ROWS_PER_ITEM, ITEMS_PER_PLANE, PLANES_PER_ITEM, STAGE, SUFFIXES, PREFIX, PADDED_ROW,
- LADDER, STRIP_BYTES) = range(9)
-SETUP_SIZE = 9
+ LADDER, STRIP_BYTES, ROW_PITCH, ROWS_LADDERED) = range(11)
+SETUP_SIZE = 11
 
 
 @njit(inline="always")
-def _ladder(row, span, k, s, out, dst, to, ladder, starts, no_nan):
-    """``dst[to + i]`` = the first maximum of ``row[i*s + t]`` over taps t < k, for i <
-    ``out``, ``row`` holding ``span`` elements: the ladder of runs of the module's doc, in
-    the two halves of ``ladder`` (each at least ``span``); by plain comparisons where
-    ``no_nan``.  At a stride, every position's window, then every s-th kept.  (Each level's
-    fold written out for each case: through one helper that took the sources as they came,
-    the ladder took a quarter longer, and through the row kernel's, inlined, 63x63 windows
-    over (4,16,256,256) took 2.3 ms against 1.8.)"""
+def _four(dst, to, from_row, row, ladder, starts, count, no_nan):
+    """``dst[to + i]`` = the first maximum of the four runs at ``starts`` (+ i), for i <
+    ``count``: in ``row`` where ``from_row``, else in ``ladder``; by plain comparisons where
+    ``no_nan``.  (Each case written out: through one helper that took the sources as they
+    came, the ladder took a quarter longer.)"""
+    if from_row and no_nan:
+        fold_taps(dst, to, row, starts, 0, 4, count, True)
+    elif from_row:
+        fold_taps(dst, to, row, starts, 0, 4, count, False)
+    elif no_nan:
+        fold_taps(dst, to, ladder, starts, 0, 4, count, True)
+    else:
+        fold_taps(dst, to, ladder, starts, 0, 4, count, False)
+
+
+@uncounted_helper
+def _last_axis(row, pitch, rows, k, s, out, dst, to, dst_pitch, ladder, starts, no_nan,
+               report, fixes, first):
+    """Output row r < ``rows``, ``dst[to + r*dst_pitch:][:out]``: the first maximum of
+    ``row[r*pitch + i*s + t]`` over taps t < k, for i < ``out`` (each row's elements between
+    their padding, ``pitch`` apart): the ladder of runs of the module's doc, over every row
+    at once, in the two halves of ``ladder`` (each at least ``rows * pitch``), then each
+    row's windows; at a stride, every position's window, then every s-th kept.  By plain
+    comparisons where ``no_nan`` (the caller knows no row holds a NaN) or the rows are found
+    to hold none.  With ``report``, the rows whose outputs hold a zero or a NaN are listed
+    as :func:`_stream_axis` lists them, numbered from ``first``.  (Laddered one by one, rows
+    of 64 float32, as 3-D windows over 64x64x64 planes have, took half their time in each
+    level's set-up, not in its folds.)"""
+    span = (out - 1) * s + k  # the elements one row's windows read
+    total = (rows - 1) * pitch + span
+    if not no_nan:
+        no_nan = (zeros_and_nans(row, 0, total) & HOLDS_NAN) == 0
     half = ladder.size // 2
     at = 0  # where the current level starts: in row, then in ladder
     nxt = 0  # ...and the next in ladder
     p = 1
     while 4 * p <= k:
-        span -= 3 * p  # the positions whose four runs of p lie in the level below
-        starts[0] = at
-        starts[1] = at + p
-        starts[2] = at + 2 * p
-        starts[3] = at + 3 * p
-        if p == 1 and no_nan:
-            fold_taps(ladder, nxt, row, starts, 0, 4, span, True)
-        elif p == 1:
-            fold_taps(ladder, nxt, row, starts, 0, 4, span, False)
-        elif no_nan:
-            fold_taps(ladder, nxt, ladder, starts, 0, 4, span, True)
-        else:
-            fold_taps(ladder, nxt, ladder, starts, 0, 4, span, False)
+        total -= 3 * p  # the positions whose four runs of p lie in the level below
+        for t in range(4):
+            starts[t] = at + t * p
+        _four(ladder, nxt, p == 1, row, ladder, starts, total, no_nan)
         at = nxt
         nxt = half - nxt
         p *= 4
     # at most four runs of p taps: from taps 0, p and 2p, and the one ending the window
-    starts[0] = at
-    starts[1] = at + min(p, k - p)
-    starts[2] = at + min(2 * p, k - p)
-    starts[3] = at + k - p
-    if s == 1:
-        if p == 1 and no_nan:
-            fold_taps(dst, to, row, starts, 0, 4, out, True)
-        elif p == 1:
-            fold_taps(dst, to, row, starts, 0, 4, out, False)
-        elif no_nan:
-            fold_taps(dst, to, ladder, starts, 0, 4, out, True)
-        else:
-            fold_taps(dst, to, ladder, starts, 0, 4, out, False)
-        return
-    count = (out - 1) * s + 1  # every position's window, then every s-th kept
-    if p == 1 and no_nan:
-        fold_taps(ladder, nxt, row, starts, 0, 4, count, True)
-    elif p == 1:
-        fold_taps(ladder, nxt, row, starts, 0, 4, count, False)
-    elif no_nan:
-        fold_taps(ladder, nxt, ladder, starts, 0, 4, count, True)
-    else:
-        fold_taps(ladder, nxt, ladder, starts, 0, 4, count, False)
-    for i in range(out):
-        dst[to + i] = ladder[nxt + i * s]
-
-
-@uncounted_helper
-def _last_axis(row, pad, width, k, s, out, dst, to, ladder, starts, no_nan, report):
-    """The last axis of the ``width`` elements at ``row[pad:]`` (their padding around them)
-    into ``dst[to:to + out]``, by :func:`_ladder`, by plain comparisons where ``no_nan`` (the
-    caller knows the row holds no NaN) or the row is found to hold none; with ``report``,
-    what the outputs hold (the bits of :func:`poolfold.kernels.simd.zeros_and_nans`), else
-    0."""
-    if not no_nan:
-        no_nan = (zeros_and_nans(row, pad, pad + width) & HOLDS_NAN) == 0
-    _ladder(row, (out - 1) * s + k, k, s, out, dst, to, ladder, starts, no_nan)
-    return zeros_and_nans(dst, to, to + out) if report else 0
+    for r in range(rows):
+        base = at + r * pitch
+        starts[0] = base
+        starts[1] = base + min(p, k - p)
+        starts[2] = base + min(2 * p, k - p)
+        starts[3] = base + k - p
+        here = to + r * dst_pitch
+        if s == 1:
+            _four(dst, here, p == 1, row, ladder, starts, out, no_nan)
+        else:  # every position's window, then every s-th kept
+            _four(ladder, nxt, p == 1, row, ladder, starts, (out - 1) * s + 1, no_nan)
+            for i in range(out):
+                dst[here + i] = ladder[nxt + i * s]
+        if report:
+            found = zeros_and_nans(dst, here, here + out)
+            if found != 0:
+                fixes[0] += 1
+                fixes[fixes[0]] = first + r
+                fixes[fixes.size - 1] |= found
 
 
 @njit(inline="always")
@@ -146,14 +142,17 @@ def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, ds
     the module's doc).  ``suffixes`` holds ``min(k, n)`` rows, ``prefix`` one.
 
     Into ``dst[dst_at + o*dst_pitch:][:width]`` (``target`` is ``dst``); or, with ``last``
-    (the axis's kernel, stride, padding and outputs, for the last axis), into ``target``, the
-    padded row, after its padding, then its last axis into
+    (for the last axis: its kernel, stride, padding and outputs, then the padded rows'
+    pitch and how many ``target`` holds), into ``target``, the padded rows, each after its
+    padding, and each time they are full (or the axis ends), their last axis into
     ``dst[dst_at + o*dst_pitch:][:last[3]]`` (:func:`_last_axis`).  Then, with ``report``,
     the outputs o that are a zero or a NaN are listed in ``fixes[1:]``, their count in
     ``fixes[0]``, and their kinds ORed into ``fixes[-1]``.  ``no_nan``: the rows hold no
     NaN, and fold by plain comparisons."""
     laddered = last[0] > 0
     pad_row = last[2]
+    row_pitch = last[4]
+    batch = max(last[5], 1)
     fixes[0] = 0
     fixes[fixes.size - 1] = 0
     held_block = -1  # the first row of the block whose suffixes are held
@@ -165,7 +164,8 @@ def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, ds
         hi = min(start + k - 1, n - 1)  # the window's first and last rows inside
         start += s
         to = dst_at + o * dst_pitch
-        held_in = pad_row if laddered else to  # where in target the output row goes
+        slot = o % batch  # the padded row it goes into
+        held_in = slot * row_pitch + pad_row if laddered else to  # where in target
         if hi < lo:
             for i in range(width):
                 target[held_in + i] = empty_value
@@ -199,13 +199,10 @@ def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, ds
                     fold_pair(target, held_in, suffixes, held, suffixes, held, width, True)
                 else:  # the suffix of lo, then the prefix of hi
                     _fold(target, held_in, suffixes, held, prefix, 0, width, no_nan)
-        if laddered:
-            found = _last_axis(target, pad_row, width, last[0], last[1], last[3], dst, to,
-                               ladder, starts, no_nan, report)
-            if found != 0:
-                fixes[0] += 1
-                fixes[fixes[0]] = o
-                fixes[fixes.size - 1] |= found
+        if laddered and (slot == batch - 1 or o == out_n - 1):
+            _last_axis(target, row_pitch, slot + 1, last[0], last[1], last[3], dst,
+                       to - slot * dst_pitch, dst_pitch, ladder, starts, no_nan, report,
+                       fixes, o - slot)
 
 
 @helper
@@ -266,9 +263,10 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
     setup : (SETUP_SIZE,) int64: a work item is PLANES_PER_ITEM whole planes of rank 1, or
         ROWS_PER_ITEM outputs along the first axis of one plane, ITEMS_PER_PLANE items a
         plane; then the elements of each of the two stages, of the suffixes, of the prefix
-        row, of the padded row and of the ladder's scratch (sized by the op layer for the
+        row, of the padded rows and of the ladder's scratch (sized by the op layer for the
         largest item; the stages hold nothing in 2-D); STRIP_BYTES, the most the suffixes of
-        a leading axis's pass before the last take, by strips of its rows
+        a leading axis's pass before the last take, by strips of its rows; ROW_PITCH, the
+        padded rows' pitch, and ROWS_LADDERED, how many are laddered at once
     """
     rank = axes.shape[1]
     last = rank - 1
@@ -283,13 +281,17 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
     ladder = np.empty(setup[LADDER], x.dtype)
     starts = np.empty(4, np.int64)
     width = axes[IN, last]
-    # the row each output row of the leading axes goes into, between the last axis's
-    # padding (never written: the lowest value, which no tap beats)
+    # the rows each output row of the leading axes goes into, ROW_PITCH apart, each between
+    # the last axis's padding (never written: the lowest value, which no tap beats), and
+    # laddered ROWS_LADDERED at a time
     row = np.empty(setup[PADDED_ROW], x.dtype)
     row[:] = empty_value
     pad_row = axes[PAD, last]
-    last_axis = np.array([axes[KERNEL, last], axes[STRIDE, last], pad_row, axes[OUT, last]])
-    no_ladder = np.zeros(4, np.int64)
+    row_pitch = setup[ROW_PITCH]
+    batch = setup[ROWS_LADDERED]
+    last_axis = np.array([axes[KERNEL, last], axes[STRIDE, last], pad_row, axes[OUT, last],
+                          row_pitch, batch])
+    no_ladder = np.zeros(6, np.int64)
     out_last = axes[OUT, last]
     in0, out0 = axes[IN, 0], axes[OUT, 0]
     k0, s0, pad0 = axes[KERNEL, 0], axes[STRIDE, 0], axes[PAD, 0]
@@ -305,12 +307,17 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
     for item in range(start, stop):
         if rank == 1:  # whole planes, each one row: its last axis alone
             p0 = item * setup[PLANES_PER_ITEM]
-            for p in range(p0, min(p0 + setup[PLANES_PER_ITEM], planes)):
-                at = p * plane_size  # (a slice assignment took 3x as long)
-                fold_pair(row, pad_row, flat, at, flat, at, width, True)
+            p1 = min(p0 + setup[PLANES_PER_ITEM], planes)
+            for b0 in range(p0, p1, batch):
+                b1 = min(b0 + batch, p1)
+                for p in range(b0, b1):
+                    at = p * plane_size  # (a slice assignment took 3x as long)
+                    fold_pair(row, (p - b0) * row_pitch + pad_row, flat, at, flat, at, width,
+                              True)
                 # (a 1-D window is in window order: no output is looked for again)
-                _last_axis(row, pad_row, width, last_axis[0], last_axis[1], out_last, y_flat,
-                           p * out_plane, ladder, starts, False, False)
+                _last_axis(row, row_pitch, b1 - b0, last_axis[0], last_axis[1], out_last,
+                           y_flat, b0 * out_plane, out_plane, ladder, starts, False, False,
+                           fixes, 0)
             continue
         p = item // items_per_plane
         o0 = (item % items_per_plane) * per_item

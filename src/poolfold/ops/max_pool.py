@@ -752,6 +752,9 @@ RUNS_SLAB_BYTES = 512 * 1024
 # The suffixes a leading axis's pass before the last holds at once, by strips of its rows
 # (3-D 63x63x63 over (2,8,64,64,64), whole rows of 16 KiB: 4.8 ms; in strips, 4.5).
 RUNS_STRIP_BYTES = 256 * 1024
+# The padded rows laddered together along the last axis, at most (one by one, rows of 64
+# float32 took half of the ladder's time in each level's set-up).
+RUNS_LADDER_BYTES = 8 * 1024
 
 
 @functools.lru_cache(maxsize=256)
@@ -800,18 +803,24 @@ def runs_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
         setup[runs.ROWS_PER_ITEM] = rows_per_item
         setup[runs.ITEMS_PER_PLANE] = items_per_plane
         items = planes * items_per_plane
-    # the padded row the last axis reads, and its ladder's two halves
+    # the padded rows the last axis reads (each row's windows within its pitch), as many as
+    # fit RUNS_LADDER_BYTES and the rows there are to ladder, and the ladder's two halves
     last = rank - 1
-    padded = max(plan.pad_begin[last] + ins[last],
-                 (outs[last] - 1) * plan.strides[last] + plan.kernel[last])
+    pitch = max(plan.pad_begin[last] + ins[last],
+                (outs[last] - 1) * plan.strides[last] + plan.kernel[last])
+    rows = setup[runs.PLANES_PER_ITEM] if rank == 1 else (
+        setup[runs.ROWS_PER_ITEM] if rank == 2 else outs[rank - 2])
+    batch = max(1, min(RUNS_LADDER_BYTES // (pitch * itemsize), rows))
     check_table(label, "the running maxima's scratch",
-                (2 * stage + suffixes + prefix + 3 * padded,), np.dtype(f"V{itemsize}"))
+                (2 * stage + suffixes + prefix + 3 * batch * pitch,), np.dtype(f"V{itemsize}"))
     setup[runs.STAGE] = stage
     setup[runs.SUFFIXES] = suffixes
     setup[runs.PREFIX] = prefix
-    setup[runs.PADDED_ROW] = padded
-    setup[runs.LADDER] = 2 * padded
+    setup[runs.PADDED_ROW] = batch * pitch
+    setup[runs.LADDER] = 2 * batch * pitch
     setup[runs.STRIP_BYTES] = RUNS_STRIP_BYTES
+    setup[runs.ROW_PITCH] = pitch
+    setup[runs.ROWS_LADDERED] = batch
     return RunsTables(axes, setup, items)
 
 
