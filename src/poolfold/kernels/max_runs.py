@@ -52,8 +52,21 @@ IN, OUT, KERNEL, STRIDE, PAD = range(5)
 AXIS_ROWS = 5
 # Entries of ``setup``: the work items, and each scratch buffer's elements.
 (ROWS_PER_ITEM, ITEMS_PER_PLANE, PLANES_PER_ITEM, STAGE, SUFFIXES, PREFIX, PADDED_ROW,
- LADDER, STRIP_BYTES, ROW_PITCH, ROWS_LADDERED) = range(11)
-SETUP_SIZE = 11
+ LADDER, STRIP_BYTES, ROW_PITCH, ROWS_LADDERED, ROW_AT) = range(12)
+SETUP_SIZE = 12
+# Every scratch buffer starts on a cache line, and rows of a multiple of its elements stay on
+# them: numba's allocations start 16 or 32 bytes into one, and a vector stored across two
+# lines costs about twice one within (float32 folds in L1: 1.04 against 0.59 ns a vector).
+LINE_BYTES = 64
+
+
+@njit(inline="always")
+def _scratch(size, like):
+    """``size`` elements of ``like``'s type, the first on a cache line."""
+    spare = LINE_BYTES // like.itemsize
+    buffer = np.empty(size + spare, like.dtype)
+    skip = ((-buffer.ctypes.data) % LINE_BYTES) // like.itemsize
+    return buffer[skip:skip + size]
 
 
 @njit(inline="always")
@@ -73,11 +86,11 @@ def _four(dst, to, from_row, row, ladder, starts, count, no_nan):
 
 
 @uncounted_helper
-def _last_axis(row, pitch, rows, k, s, out, dst, to, dst_pitch, ladder, starts, no_nan,
+def _last_axis(row, lead, pitch, rows, k, s, out, dst, to, dst_pitch, ladder, starts, no_nan,
                report, fixes, first):
     """Output row r < ``rows``, ``dst[to + r*dst_pitch:][:out]``: the first maximum of
-    ``row[r*pitch + i*s + t]`` over taps t < k, for i < ``out`` (each row's elements between
-    their padding, ``pitch`` apart): the ladder of runs of the module's doc, over every row
+    ``row[lead + r*pitch + i*s + t]`` over taps t < k, for i < ``out`` (each row's elements
+    between their padding, ``pitch`` apart): the ladder of runs of the module's doc, over every row
     at once, in the two halves of ``ladder`` (each at least ``rows * pitch``), then each
     row's windows; at a stride, every position's window, then every s-th kept.  By plain
     comparisons where ``no_nan`` (the caller knows no row holds a NaN) or the rows are found
@@ -88,9 +101,9 @@ def _last_axis(row, pitch, rows, k, s, out, dst, to, dst_pitch, ladder, starts, 
     span = (out - 1) * s + k  # the elements one row's windows read
     total = (rows - 1) * pitch + span
     if not no_nan:
-        no_nan = (zeros_and_nans(row, 0, total) & HOLDS_NAN) == 0
+        no_nan = (zeros_and_nans(row, lead, lead + total) & HOLDS_NAN) == 0
     half = ladder.size // 2
-    at = 0  # where the current level starts: in row, then in ladder
+    at = lead  # where the current level starts: in row, then in ladder
     nxt = 0  # ...and the next in ladder
     p = 1
     while 4 * p <= k:
@@ -150,9 +163,10 @@ def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, ds
     ``fixes[0]``, and their kinds ORed into ``fixes[-1]``.  ``no_nan``: the rows hold no
     NaN, and fold by plain comparisons."""
     laddered = last[0] > 0
-    pad_row = last[2]
+    row_at = last[2]  # where a padded row's elements start
     row_pitch = last[4]
     batch = max(last[5], 1)
+    row_lead = last[6]  # ...and its padding
     fixes[0] = 0
     fixes[fixes.size - 1] = 0
     held_block = -1  # the first row of the block whose suffixes are held
@@ -165,7 +179,7 @@ def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, ds
         start += s
         to = dst_at + o * dst_pitch
         slot = o % batch  # the padded row it goes into
-        held_in = slot * row_pitch + pad_row if laddered else to  # where in target
+        held_in = slot * row_pitch + row_at if laddered else to  # where in target
         if hi < lo:
             for i in range(width):
                 target[held_in + i] = empty_value
@@ -200,7 +214,7 @@ def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, ds
                 else:  # the suffix of lo, then the prefix of hi
                     _fold(target, held_in, suffixes, held, prefix, 0, width, no_nan)
         if laddered and (slot == batch - 1 or o == out_n - 1):
-            _last_axis(target, row_pitch, slot + 1, last[0], last[1], last[3], dst,
+            _last_axis(target, row_lead, row_pitch, slot + 1, last[0], last[1], last[3], dst,
                        to - slot * dst_pitch, dst_pitch, ladder, starts, no_nan, report,
                        fixes, o - slot)
 
@@ -266,7 +280,8 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
         row, of the padded rows and of the ladder's scratch (sized by the op layer for the
         largest item; the stages hold nothing in 2-D); STRIP_BYTES, the most the suffixes of
         a leading axis's pass before the last take, by strips of its rows; ROW_PITCH, the
-        padded rows' pitch, and ROWS_LADDERED, how many are laddered at once
+        padded rows' pitch, ROWS_LADDERED, how many are laddered at once, and ROW_AT, where
+        the first one's elements start (its padding before them)
     """
     rank = axes.shape[1]
     last = rank - 1
@@ -274,24 +289,25 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
     out_plane = y.shape[1]
     flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    stage_a = np.empty(setup[STAGE], x.dtype)
-    stage_b = np.empty(setup[STAGE], x.dtype)
-    suffixes = np.empty(setup[SUFFIXES], x.dtype)
-    prefix = np.empty(setup[PREFIX], x.dtype)
-    ladder = np.empty(setup[LADDER], x.dtype)
+    stage_a = _scratch(setup[STAGE], x)
+    stage_b = _scratch(setup[STAGE], x)
+    suffixes = _scratch(setup[SUFFIXES], x)
+    prefix = _scratch(setup[PREFIX], x)
+    ladder = _scratch(setup[LADDER], x)
     starts = np.empty(4, np.int64)
     width = axes[IN, last]
-    # the rows each output row of the leading axes goes into, ROW_PITCH apart, each between
-    # the last axis's padding (never written: the lowest value, which no tap beats), and
-    # laddered ROWS_LADDERED at a time
-    row = np.empty(setup[PADDED_ROW], x.dtype)
+    # the rows each output row of the leading axes goes into, from ROW_AT, ROW_PITCH apart,
+    # each between the last axis's padding (never written: the lowest value, which no tap
+    # beats), and laddered ROWS_LADDERED at a time
+    row = _scratch(setup[PADDED_ROW], x)
     row[:] = empty_value
-    pad_row = axes[PAD, last]
+    row_at = setup[ROW_AT]
+    row_lead = row_at - axes[PAD, last]
     row_pitch = setup[ROW_PITCH]
     batch = setup[ROWS_LADDERED]
-    last_axis = np.array([axes[KERNEL, last], axes[STRIDE, last], pad_row, axes[OUT, last],
-                          row_pitch, batch])
-    no_ladder = np.zeros(6, np.int64)
+    last_axis = np.array([axes[KERNEL, last], axes[STRIDE, last], row_at, axes[OUT, last],
+                          row_pitch, batch, row_lead])
+    no_ladder = np.zeros(7, np.int64)
     out_last = axes[OUT, last]
     in0, out0 = axes[IN, 0], axes[OUT, 0]
     k0, s0, pad0 = axes[KERNEL, 0], axes[STRIDE, 0], axes[PAD, 0]
@@ -312,10 +328,10 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
                 b1 = min(b0 + batch, p1)
                 for p in range(b0, b1):
                     at = p * plane_size  # (a slice assignment took 3x as long)
-                    fold_pair(row, (p - b0) * row_pitch + pad_row, flat, at, flat, at, width,
+                    fold_pair(row, (p - b0) * row_pitch + row_at, flat, at, flat, at, width,
                               True)
                 # (a 1-D window is in window order: no output is looked for again)
-                _last_axis(row, row_pitch, b1 - b0, last_axis[0], last_axis[1], out_last,
+                _last_axis(row, row_lead, row_pitch, b1 - b0, last_axis[0], last_axis[1], out_last,
                            y_flat, b0 * out_plane, out_plane, ladder, starts, False, False,
                            fixes, 0)
             continue
@@ -355,7 +371,9 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
                 dst = stage_b if to_b else stage_a
                 # strips of the rows whose suffixes fit STRIP_BYTES, and stay in cache (3-D
                 # rows of 64x64 float32, 16 KiB each, took 1 MiB of suffixes for 63 taps)
-                strip = max(setup[STRIP_BYTES] // (min(axes[KERNEL, a], n) * x.itemsize), 1)
+                line = LINE_BYTES // x.itemsize  # (whole lines, that each strip's rows start on)
+                strip = setup[STRIP_BYTES] // (min(axes[KERNEL, a], n) * x.itemsize)
+                strip = max(strip // line * line, line)
                 for u in range(units):
                     for c0 in range(0, inner, strip):
                         _stream_axis(src, src_at + u * n * inner + c0, n,

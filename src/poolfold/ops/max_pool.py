@@ -803,24 +803,31 @@ def runs_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
         setup[runs.ROWS_PER_ITEM] = rows_per_item
         setup[runs.ITEMS_PER_PLANE] = items_per_plane
         items = planes * items_per_plane
-    # the padded rows the last axis reads (each row's windows within its pitch), as many as
-    # fit RUNS_LADDER_BYTES and the rows there are to ladder, and the ladder's two halves
+    # the padded rows the last axis reads, as many as fit RUNS_LADDER_BYTES and the rows
+    # there are to ladder: each row's elements from a cache line on (after at least its
+    # padding), each row's windows within its pitch, a whole number of lines; and the
+    # ladder's two halves
     last = rank - 1
+    line = runs.LINE_BYTES // itemsize
+    row_at = -(-plan.pad_begin[last] // line) * line
     pitch = max(plan.pad_begin[last] + ins[last],
                 (outs[last] - 1) * plan.strides[last] + plan.kernel[last])
+    pitch = -(-pitch // line) * line
     rows = setup[runs.PLANES_PER_ITEM] if rank == 1 else (
         setup[runs.ROWS_PER_ITEM] if rank == 2 else outs[rank - 2])
     batch = max(1, min(RUNS_LADDER_BYTES // (pitch * itemsize), rows))
     check_table(label, "the running maxima's scratch",
-                (2 * stage + suffixes + prefix + 3 * batch * pitch,), np.dtype(f"V{itemsize}"))
+                (2 * stage + suffixes + prefix + 3 * batch * pitch + row_at,),
+                np.dtype(f"V{itemsize}"))
     setup[runs.STAGE] = stage
     setup[runs.SUFFIXES] = suffixes
     setup[runs.PREFIX] = prefix
-    setup[runs.PADDED_ROW] = batch * pitch
+    setup[runs.PADDED_ROW] = batch * pitch + row_at
     setup[runs.LADDER] = 2 * batch * pitch
     setup[runs.STRIP_BYTES] = RUNS_STRIP_BYTES
     setup[runs.ROW_PITCH] = pitch
     setup[runs.ROWS_LADDERED] = batch
+    setup[runs.ROW_AT] = row_at
     return RunsTables(axes, setup, items)
 
 
