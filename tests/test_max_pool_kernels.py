@@ -333,15 +333,32 @@ def signed_ties(rng, shape, dtype):
     return x
 
 
-@pytest.mark.parametrize("values_kind", ["nan", "no-nan", "signed-ties"])
+def late_signed_ties(rng, shape, dtype):
+    """:func:`signed_ties` in the second half of the first spatial axis, zeros of one sign
+    and no NaN before: what the rows hold is found as they are read, and the kernel must
+    turn to NaN-aware folds and window-order screens where it first meets a NaN or a -0.0."""
+    x = signed_ties(rng, shape, dtype)
+    if dtype.kind in "iu":
+        return x
+    early = x[:, :, :shape[2] // 2]
+    bits = early.view(np.dtype(f"u{dtype.itemsize}"))
+    bits[np.isnan(early.astype(np.float64))] = np.array(-1.0, dtype).view(bits.dtype)
+    bits[early.astype(np.float64) == 0] = 0  # +0.0
+    return x
+
+
+@pytest.mark.parametrize("values_kind", ["nan", "no-nan", "signed-ties", "late-signed-ties"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("shape, kernel_shape, attributes", RUNS_CASES)
 def test_runs_match_oracle(shape, kernel_shape, attributes, dtype, values_kind):
     """Long windows by streamed running maxima, bit for bit: the first maximum in window
-    order, NaNs and zeros of both signs included, whole planes and slabs of a few rows."""
+    order, NaNs and zeros of both signs included (also only in an axis's later rows), whole
+    planes and slabs of a few rows."""
     rng = np.random.default_rng(zlib.crc32(f"{shape}-{kernel_shape}-{values_kind}".encode()))
     if values_kind == "signed-ties":
         x = signed_ties(rng, shape, dtype)
+    elif values_kind == "late-signed-ties":
+        x = late_signed_ties(rng, shape, dtype)
     else:
         x = values(rng, shape, dtype, nan_rate=0.02 if values_kind == "nan" else 0.0)
     check(RUNS, x, kernel_shape, **attributes)

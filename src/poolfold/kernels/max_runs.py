@@ -54,6 +54,8 @@ AXIS_ROWS = 5
 (ROWS_PER_ITEM, ITEMS_PER_PLANE, PLANES_PER_ITEM, STAGE, SUFFIXES, PREFIX, PADDED_ROW,
  LADDER, STRIP_BYTES, ROW_PITCH, ROWS_LADDERED, ROW_AT) = range(12)
 SETUP_SIZE = 12
+# Entries of ``seen`` (see :func:`_stream_axis`).
+SEEN_KINDS, SEEN_SIGNED_ZEROS, SEEN_SCREENS = range(3)
 # Every scratch buffer starts on a cache line, and rows of a multiple of its elements stay on
 # them: numba's allocations start 16 or 32 bytes into one, and a vector stored across two
 # lines costs about twice one within (float32 folds in L1: 1.04 against 0.59 ns a vector).
@@ -147,8 +149,7 @@ def _fold(dst, to, first, first_at, second, second_at, count, no_nan):
 
 @uncounted_helper
 def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, dst_pitch,
-                 suffixes, prefix, empty_value, last, target, ladder, starts, fixes, no_nan,
-                 report):
+                 suffixes, prefix, empty_value, last, target, ladder, starts, fixes, seen):
     """Output o, for o < ``out_n``, of an axis of ``n`` rows of ``width`` elements at
     ``src[src_at:]``, ``pitch`` apart: the first maximum of rows
     ``[o*s - pad, o*s - pad + k)`` that lie inside, or ``empty_value`` where none does (see
@@ -160,8 +161,14 @@ def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, ds
     padding, and each time they are full (or the axis ends), their last axis into
     ``dst[dst_at + o*dst_pitch:][:last[3]]`` (:func:`_last_axis`).  Then, with ``report``,
     the outputs o that are a zero or a NaN are listed in ``fixes[1:]``, their count in
-    ``fixes[0]``, and their kinds ORed into ``fixes[-1]``.  ``no_nan``: the rows hold no
-    NaN, and fold by plain comparisons."""
+    ``fixes[0]``, and their kinds ORed into ``fixes[-1]``.
+
+    ``seen`` (:data:`SEEN_KINDS`, :data:`SEEN_SIGNED_ZEROS`, :data:`SEEN_SCREENS`): what the
+    rows read so far hold.  Until they hold a NaN the folds are plain comparisons, and until
+    they hold a NaN or a -0.0 no output is screened (the windows of an output read no row
+    after its last).  With ``seen[SEEN_SCREENS]``, each row is screened where it is first
+    read, into the prefix, while in cache (a scan of the item's input first, from memory,
+    took a fifth of 2-D windows' time); else ``seen`` holds the whole input's."""
     laddered = last[0] > 0
     row_at = last[2]  # where a padded row's elements start
     row_pitch = last[4]
@@ -178,6 +185,7 @@ def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, ds
         hi = min(start + k - 1, n - 1)  # the window's first and last rows inside
         start += s
         to = dst_at + o * dst_pitch
+        no_nan = (seen[SEEN_KINDS] & HOLDS_NAN) == 0
         slot = o % batch  # the padded row it goes into
         held_in = slot * row_pitch + row_at if laddered else to  # where in target
         if hi < lo:
@@ -189,6 +197,13 @@ def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, ds
                 at = src_at + last_row * pitch
                 if last_row == block + k:
                     block = last_row
+                if seen[SEEN_SCREENS] != 0:
+                    kinds = zeros_and_nans(src, at, at + width)
+                    seen[SEEN_KINDS] |= kinds
+                    if (kinds & HOLDS_ZERO) != 0 and seen[SEEN_SIGNED_ZEROS] == 0:
+                        if _holds_negative_zero(src, at, at + width):
+                            seen[SEEN_SIGNED_ZEROS] = 1
+                    no_nan = (seen[SEEN_KINDS] & HOLDS_NAN) == 0
                 if last_row == block:
                     fold_pair(prefix, 0, src, at, src, at, width, True)  # a copy
                 else:
@@ -214,6 +229,7 @@ def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, ds
                 else:  # the suffix of lo, then the prefix of hi
                     _fold(target, held_in, suffixes, held, prefix, 0, width, no_nan)
         if laddered and (slot == batch - 1 or o == out_n - 1):
+            report = not no_nan or seen[SEEN_SIGNED_ZEROS] != 0
             _last_axis(target, row_lead, row_pitch, slot + 1, last[0], last[1], last[3], dst,
                        to - slot * dst_pitch, dst_pitch, ladder, starts, no_nan, report,
                        fixes, o - slot)
@@ -319,6 +335,7 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
     for a in range(1, last):
         most_rows = max(most_rows, axes[OUT, a])
     fixes = np.empty(most_rows + 2, np.int64)
+    seen = np.zeros(3, np.int64)
     position = np.zeros(max(last, 1), np.int64)
     for item in range(start, stop):
         if rank == 1:  # whole planes, each one row: its last axis alone
@@ -347,15 +364,14 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
             for i in range((o1 - o0) * out_inner0):
                 y_flat[y_at + i] = empty_value
             continue
-        # What the item's input holds, once: without a NaN every fold is a plain
-        # comparison, and without a NaN or a -0.0 no output can depend on the order of its
-        # taps, so none is screened or looked for again (a screen of each row before its
-        # ladder and of its outputs after took a fifth of 3-D windows' time over rows of 64)
-        kinds = zeros_and_nans(flat, x_at, x_at + rows * inner0)
-        no_nan = (kinds & HOLDS_NAN) == 0
-        signed_zeros = (kinds & HOLDS_ZERO) != 0 and _holds_negative_zero(
-            flat, x_at, x_at + rows * inner0)
-        report = not no_nan or signed_zeros
+        # What the item's input holds, found by the first axis's pass as it reads the rows:
+        # without a NaN every fold is a plain comparison, and without a NaN or a -0.0 no
+        # output can depend on the order of its taps, so none is screened or looked for
+        # again (a screen of each row before its ladder and of its outputs after took a
+        # fifth of 3-D windows' time over rows of 64)
+        seen[SEEN_KINDS] = 0
+        seen[SEEN_SIGNED_ZEROS] = 0
+        seen[SEEN_SCREENS] = 1
         # the leading axes, the first first: units of n rows of `inner` elements, the last
         # of them laddered along the last axis into Y
         src, src_at = flat, x_at
@@ -381,8 +397,9 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
                                      axes[STRIDE, a], pad, out_n, dst,
                                      u * out_n * inner + c0, inner, suffixes, prefix,
                                      empty_value, no_ladder, dst, ladder, starts, fixes,
-                                     no_nan, False)
+                                     seen)
                 src, src_at = read_only(dst), 0
+                seen[SEEN_SCREENS] = 0  # the first axis has read the whole input
                 to_b = not to_b
                 units *= out_n
                 continue
@@ -390,9 +407,9 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
                 to = y_at + u * out_n * out_last
                 _stream_axis(src, src_at + u * n * inner, n, inner, inner, axes[KERNEL, a],
                              axes[STRIDE, a], pad, out_n, y_flat, to, out_last, suffixes,
-                             prefix, empty_value, last_axis, row, ladder, starts, fixes,
-                             no_nan, report)
-                if not report or fixes[0] == 0:
+                             prefix, empty_value, last_axis, row, ladder, starts, fixes, seen)
+                signed_zeros = seen[SEEN_SIGNED_ZEROS] != 0
+                if fixes[0] == 0:
                     continue
                 if (fixes[fixes.size - 1] & HOLDS_NAN) == 0 and not signed_zeros:
                     continue
