@@ -306,7 +306,9 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
     flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
     stage_a = _scratch(setup[STAGE], x)
-    stage_b = _scratch(setup[STAGE], x)
+    # (a second stage only from 4-D on: the 3-D passes write one, 1 MiB over 64x64x64
+    # float32 planes, whose pages a call would touch for nothing)
+    stage_b = _scratch(setup[STAGE] if rank > 3 else 0, x)
     suffixes = _scratch(setup[SUFFIXES], x)
     prefix = _scratch(setup[PREFIX], x)
     ladder = _scratch(setup[LADDER], x)
