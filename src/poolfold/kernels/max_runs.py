@@ -15,7 +15,7 @@ Each row the last leading axis leaves goes straight on, while in cache, to the l
 is copied between padding of the type's lowest value (which no tap beats, and which an
 empty window yields, as it should) and reduced by a ladder of runs (:func:`_ladder`): the
 first maximum over runs of 4, 16, ... taps at every position, each level from four runs of
-the level below, then each window from four runs: ``log4(k) + 1`` vectorised passes, with
+the level below, then each window from at most four: ``log4(k) + 1`` vectorised passes, with
 plain comparisons where the row holds no NaN.  Runs overlap and the earlier is kept on a
 tie, so the last axis keeps the first maximum in window order.
 
@@ -72,19 +72,19 @@ def _scratch(size, like):
 
 
 @njit(inline="always")
-def _four(dst, to, from_row, row, ladder, starts, count, no_nan):
-    """``dst[to + i]`` = the first maximum of the four runs at ``starts`` (+ i), for i <
-    ``count``: in ``row`` where ``from_row``, else in ``ladder``; by plain comparisons where
-    ``no_nan``.  (Each case written out: through one helper that took the sources as they
-    came, the ladder took a quarter longer.)"""
+def _fold_runs(dst, to, from_row, row, ladder, starts, taps, count, no_nan):
+    """``dst[to + i]`` = the first maximum of the ``taps`` runs at ``starts`` (+ i), for i
+    < ``count``: in ``row`` where ``from_row``, else in ``ladder``; by plain comparisons
+    where ``no_nan``.  (Each case written out: through one helper that took the sources as
+    they came, the ladder took a quarter longer.)"""
     if from_row and no_nan:
-        fold_taps(dst, to, row, starts, 0, 4, count, True)
+        fold_taps(dst, to, row, starts, 0, taps, count, True)
     elif from_row:
-        fold_taps(dst, to, row, starts, 0, 4, count, False)
+        fold_taps(dst, to, row, starts, 0, taps, count, False)
     elif no_nan:
-        fold_taps(dst, to, ladder, starts, 0, 4, count, True)
+        fold_taps(dst, to, ladder, starts, 0, taps, count, True)
     else:
-        fold_taps(dst, to, ladder, starts, 0, 4, count, False)
+        fold_taps(dst, to, ladder, starts, 0, taps, count, False)
 
 
 @uncounted_helper
@@ -112,22 +112,29 @@ def _last_axis(row, lead, pitch, rows, k, s, out, dst, to, dst_pitch, ladder, st
         total -= 3 * p  # the positions whose four runs of p lie in the level below
         for t in range(4):
             starts[t] = at + t * p
-        _four(ladder, nxt, p == 1, row, ladder, starts, total, no_nan)
+        _fold_runs(ladder, nxt, p == 1, row, ladder, starts, 4, total, no_nan)
         at = nxt
         nxt = half - nxt
         p *= 4
-    # at most four runs of p taps: from taps 0, p and 2p, and the one ending the window
+    # at most four runs of p taps (k < 4p), in window order: from taps 0, p and 2p where
+    # they start before the last, and the one ending the window (31 taps: 0 and 15 only)
     for r in range(rows):
         base = at + r * pitch
         starts[0] = base
-        starts[1] = base + min(p, k - p)
-        starts[2] = base + min(2 * p, k - p)
-        starts[3] = base + k - p
+        runs = 1
+        for t in range(1, 3):
+            if t * p < k - p:
+                starts[runs] = base + t * p
+                runs += 1
+        if k > p:
+            starts[runs] = base + k - p
+            runs += 1
         here = to + r * dst_pitch
         if s == 1:
-            _four(dst, here, p == 1, row, ladder, starts, out, no_nan)
+            _fold_runs(dst, here, p == 1, row, ladder, starts, runs, out, no_nan)
         else:  # every position's window, then every s-th kept
-            _four(ladder, nxt, p == 1, row, ladder, starts, (out - 1) * s + 1, no_nan)
+            _fold_runs(ladder, nxt, p == 1, row, ladder, starts, runs, (out - 1) * s + 1,
+                       no_nan)
             for i in range(out):
                 dst[here + i] = ladder[nxt + i * s]
         if report:
