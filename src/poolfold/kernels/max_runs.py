@@ -13,7 +13,7 @@ That is three folds a row, each a whole row in vectors
 
 Each row the last leading axis leaves goes straight on, while in cache, to the last axis: it
 is copied between padding of the type's lowest value (which no tap beats, and which an
-empty window yields, as it should) and reduced by a ladder of runs (:func:`_ladder`): the
+empty window yields, as it should) and reduced by a ladder of runs (:func:`_last_axis`): the
 first maximum over runs of 4, 16, ... taps at every position, each level from four runs of
 the level below, then each window from at most four: ``log4(k) + 1`` vectorised passes, with
 plain comparisons where the row holds no NaN.  Runs overlap and the earlier is kept on a
