@@ -16,9 +16,10 @@ from numba import literal_unroll, njit
 
 from kernel_types import kernel_types
 from poolfold import dtypes
-from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, UNROLL, fold_pair, fold_strided,
-                                  fold_taps, fold_vectors, sum_strided, sum_vectors,
-                                  transpose_tile, vector_width, zeros_and_nans)
+from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, UNROLL, fold_pair,
+                                  fold_row_groups, fold_strided, fold_taps, fold_vectors,
+                                  sum_strided, sum_vectors, transpose_tile, vector_width,
+                                  zeros_and_nans)
 
 TYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8")
 
@@ -49,6 +50,11 @@ def _fold_pair(dst, to, first, first_at, second, second_at, count, no_nan=False)
         fold_pair(dst, to, first, first_at, second, second_at, count, True)
     else:
         fold_pair(dst, to, first, first_at, second, second_at, count, False)
+
+
+@njit
+def _fold_row_groups(dst, to, src, at, rows, width, src_step, tap_step, taps):
+    fold_row_groups(dst, to, src, at, rows, width, src_step, tap_step, taps)
 
 
 @njit
@@ -162,6 +168,28 @@ def test_fold_pair_keeps_the_first_of_two_arrays(dtype):
             want = expected(both, count, 0, [2, x.size + 11], count, 1)
             assert run[count + 2:2 * count + 2].view(np.uint8).tobytes() == want, (
                 dtype, no_nan, count)
+
+
+@pytest.mark.parametrize("dtype", TYPES)
+def test_fold_row_groups_keeps_the_first_of_each_group(dtype):
+    """Each output row from its group of source rows, a vector a row: rows narrower than a
+    vector, of every width, whose stores run into the next rows' places, which the next
+    rows then overwrite; one to three taps, the groups' rows apart or interleaved."""
+    lanes = int(_vector_width(dtypes.value_view(np.zeros(1, dtype))))
+    rng = np.random.default_rng(3)
+    for width in sorted({1, 2, 3, lanes // 2 - 1, lanes // 2, lanes - 1, lanes} - {0}):
+        for taps, step in ((1, 1), (2, 2), (3, 3), (2, 3)):
+            rows = 9
+            x = values(dtype, (rows * step + taps) * width + lanes + 7, seed=width + taps)
+            xv = dtypes.value_view(x)
+            at = int(rng.integers(0, 5))
+            dst = np.zeros(rows * width + lanes + 4, xv.dtype)
+            _fold_row_groups(dst, 2, xv, at, rows, width, step * width, width, taps)
+            for j in range(rows):
+                starts = [at + (j * step + t) * width for t in range(taps)]
+                want = expected(x, width, 0, starts, width, 1)
+                got = dst[2 + j * width:2 + (j + 1) * width].view(np.uint8).tobytes()
+                assert got == want, (dtype, width, taps, step, j)
 
 
 @pytest.mark.parametrize("dtype", TYPES)

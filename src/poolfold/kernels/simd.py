@@ -580,6 +580,52 @@ def fold_pair(typingctx, dst, to, first, first_at, second, second_at, count, no_
                        no_nan), codegen)
 
 
+@intrinsic(prefer_literal=True)
+def fold_row_groups(typingctx, dst, to, src, at, rows, width, src_step, tap_step, taps):
+    """``dst[to + j*width + i]`` = the first maximum of ``src[at + j*src_step + t*tap_step +
+    i]`` over taps t < ``taps``, in order, for i < ``width`` and rows j < ``rows``: each row
+    one vector, ``width`` at most a vector's lanes, stored whole.  A row's store runs past
+    its ``width`` elements into the rows after it, which are stored later, so the caller
+    keeps the last rows' spill inside ``dst`` (and ``src`` readable a vector past each
+    row).  Rows of 7 float32 (2x2 windows at stride 2 over 14x14 planes, the rows already
+    folded in pairs) then take one vector fold each, where a fold per row ran its short
+    tail element by element."""
+    if not (_arrays_of(dst, src, _supported)):
+        return None
+    dtype = src.dtype
+
+    def codegen(context, builder, signature, args):
+        dst_v, to_v, src_v, at_v, rows_v, width_v, src_step_v, tap_step_v, taps_v = args
+        i64 = ir.IntType(64)
+        lanes = _lanes(dtype)
+        element_type = context.get_data_type(dtype)
+        vector_type = ir.VectorType(element_type, lanes)
+        reach = ir.Constant(i64, lanes - 1)
+        dst_base = _pointer(context, builder, signature.args[0], dst_v)
+        src_base = _pointer(context, builder, signature.args[2], src_v)
+        dst_size = context.make_array(signature.args[0])(context, builder, dst_v).nitems
+        src_size = context.make_array(signature.args[2])(context, builder, src_v).nitems
+        held = cgutils.alloca_once(builder, vector_type)
+        one = ir.Constant(i64, 1)
+        with cgutils.for_range(builder, rows_v, intp=i64) as loop:
+            j = loop.index
+            row_at = builder.add(at_v, builder.mul(j, src_step_v))
+            _check(context, builder, row_at, builder.add(row_at, reach), src_size)
+            builder.store(_load(builder, src_base, row_at, vector_type), held)
+            with cgutils.for_range_slice(builder, one, taps_v, one, intp=i64) as (t, _):
+                tap_at = builder.add(row_at, builder.mul(t, tap_step_v))
+                _check(context, builder, tap_at, builder.add(tap_at, reach), src_size)
+                v = _load(builder, src_base, tap_at, vector_type)
+                builder.store(_fold_in(builder, dtype, builder.load(held), v), held)
+            out_at = builder.add(to_v, builder.mul(j, width_v))
+            _check(context, builder, out_at, builder.add(out_at, reach), dst_size)
+            _store(builder, dst_base, out_at, builder.load(held))
+        return context.get_dummy_value()
+
+    return (types.void(dst, types.int64, src, types.int64, types.int64, types.int64,
+                       types.int64, types.int64, types.int64), codegen)
+
+
 def _transposed(builder, rows):
     """The columns of ``rows``, W vectors of W lanes (W a power of two): log2(W) rounds of
     interleaving row i with row i + W/2 into rows 2i and 2i+1, each a two-source shuffle

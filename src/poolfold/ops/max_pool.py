@@ -21,6 +21,7 @@ from ..kernels.max_passes import (AXIS_ROWS, CHANNELS, COLUMN_MAJOR, ITEMS_PER_P
 from ..kernels import max_lines as lines
 from ..kernels import max_rows as rows
 from ..kernels import max_runs as runs
+from ..kernels import simd
 from ..kernels.native_split import Crew
 from ..kernels.plane_lanes import block_planes, max_plane_lanes
 from ..kernels.threads import (PIECES_PER_THREAD, BoundLaunch, kernel_threads, launch_split,
@@ -1266,6 +1267,25 @@ def plane_lanes_row_fold(plan: WindowPlan) -> tuple[WindowPlan, np.ndarray]:
     return folded, np.array([k, s, d], np.int64)
 
 
+def plane_lanes_row_groups(folded: WindowPlan, row_fold: np.ndarray,
+                           itemsize: int) -> np.ndarray:
+    """Whether ``max_plane_lanes`` folds the rows its row fold left in groups straight into
+    Y, without lanes: 2-D planes whose rows were folded (``folded``, the plan after that
+    fold), windows that tile the columns too (no padding before, a stride that is the
+    column's length over the outputs', every window within one stride), over folded rows
+    no longer than a vector.  Returns (taps, stride, width), taps 0 for none."""
+    none = np.zeros(3, np.int64)
+    if row_fold[0] == 0 or folded.rank != 2:
+        return none
+    k, s, d = folded.kernel[0], folded.strides[0], folded.dilations[0]
+    width = folded.out_shape[1]
+    lanes = (32 if itemsize == 2 else simd.REGISTER_BYTES) // itemsize  # (simd._lanes)
+    if (folded.pad_begin[0] != 0 or folded.out_shape[0] * s != folded.in_shape[0]
+            or (k - 1) * d >= s or d != 1 or width > lanes):
+        return none
+    return np.array([k, s, width], np.int64)
+
+
 def plane_lanes_tables(plan: WindowPlan, block: int) -> tuple[np.ndarray, np.ndarray]:
     """``max_plane_lanes``'s taps (:mod:`poolfold.kernels.plane_lanes`): the in-bounds input
     positions of every output's window in window order, times ``block`` (the lanes of a
@@ -1384,6 +1404,8 @@ class _PoolLaunch:
         elif self.kernel == PLANE_LANES:
             block = block_planes(self.value_type, self.planes, threads)
             tapped, row_fold = plane_lanes_row_fold(plan)
+            row_fold = np.concatenate([row_fold, plane_lanes_row_groups(tapped, row_fold,
+                                                                        dtype.itemsize)])
             self.lanes = (*plane_lanes_tables(tapped, block), block, row_fold,
                           -(-self.planes // block))
             # Its transposes and each output's taps cost about two elements of the other
