@@ -366,6 +366,44 @@ def test_runs_match_oracle(shape, kernel_shape, attributes, dtype, values_kind):
         check(RUNS, x, kernel_shape, **attributes)
 
 
+@pytest.mark.parametrize("values_kind", ["nan", "signed-ties"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("shape, kernel_shape, attributes", RUNS_CASES[:5] + [
+    ((1, 2, 9, 8, 10), [5, 4, 5], dict(strides=[2, 1, 3], dilations=[1, 2, 1], pads=[2] * 6,
+                                      ceil_mode=True)),
+    ((2, 1, 12, 11), [9, 8], dict(pads=[8, 0, 0, 7])),  # windows of padding only
+])
+def test_the_stand_in_pools_long_windows_axis_by_axis(monkeypatch, shape, kernel_shape,
+                                                       attributes, dtype, values_kind):
+    """While a kernel compiles in a child process, windows of more than 64 taps are pooled
+    by the direct scan an axis at a time, the last first: the same bits as the oracle's, NaN
+    payloads and zeros' signs included."""
+    rng = np.random.default_rng(zlib.crc32(f"{shape}-{kernel_shape}-{values_kind}".encode()))
+    if values_kind == "signed-ties":
+        x = signed_ties(rng, shape, dtype)
+    else:
+        x = values(rng, shape, dtype, nan_rate=0.02)
+    assert math.prod(kernel_shape) > max_pool_module.STAND_IN_MOST_TAPS
+    monkeypatch.setattr(max_pool_module.background, "ready", lambda kernel, arguments: False)
+    monkeypatch.setattr(max_pool_module.background, "start_queued", lambda: None)
+    ran = []
+    by_axes = max_pool_module._PoolLaunch._axis_by_axis
+    monkeypatch.setattr(max_pool_module._PoolLaunch, "_axis_by_axis",
+                        lambda self, xs, ys: ran.append(1) or by_axes(self, xs, ys))
+    max_pool_module._pool_launch.cache_clear()
+    try:
+        want, _ = oracle.max_pool(
+            x, kernel_shape, strides=attributes.get("strides"), pads=attributes.get("pads"),
+            dilations=attributes.get("dilations"),
+            auto_pad=attributes.get("auto_pad", "NOTSET"),
+            ceil_mode=attributes.get("ceil_mode", False))
+        y = poolfold.max_pool(x, kernel_shape, **attributes)
+        assert ran == [1]
+        assert same_bits(y, want)
+    finally:
+        max_pool_module._pool_launch.cache_clear()
+
+
 def test_runs_cut_planes_into_slabs_and_rows_into_blocks():
     """Large planes are cut into slabs of output rows, enough that neighbouring slabs share at
     most a third of their rows; few planes into as many slabs as the threads need; 1-D rows
