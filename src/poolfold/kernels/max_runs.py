@@ -92,14 +92,14 @@ def _last_axis(row, lead, pitch, rows, k, s, out, dst, to, dst_pitch, ladder, st
                report, fixes, first):
     """Output row r < ``rows``, ``dst[to + r*dst_pitch:][:out]``: the first maximum of
     ``row[lead + r*pitch + i*s + t]`` over taps t < k, for i < ``out`` (each row's elements
-    between their padding, ``pitch`` apart): the ladder of runs of the module's doc, over every row
-    at once, in the two halves of ``ladder`` (each at least ``rows * pitch``), then each
-    row's windows; at a stride, every position's window, then every s-th kept.  By plain
-    comparisons where ``no_nan`` (the caller knows no row holds a NaN) or the rows are found
-    to hold none.  With ``report``, the rows whose outputs hold a zero or a NaN are listed
-    as :func:`_stream_axis` lists them, numbered from ``first``.  (Laddered one by one, rows
-    of 64 float32, as 3-D windows over 64x64x64 planes have, took half their time in each
-    level's set-up, not in its folds.)"""
+    between their padding, ``pitch`` apart): the ladder of runs of the module's doc, over
+    every row at once, in the two halves of ``ladder`` (each at least ``rows * pitch``),
+    then each row's windows; at a stride, every position's window, then every s-th kept.
+    By plain comparisons where ``no_nan`` (the caller knows no row holds a NaN) or the rows
+    are found to hold none.  With ``report``, the rows whose outputs hold a zero or a NaN
+    are listed as :func:`_stream_axis` lists them, numbered from ``first``.  (Laddered one
+    by one, rows of 64 float32, as 3-D windows over 64x64x64 planes have, took half their
+    time in each level's set-up, not in its folds.)"""
     span = (out - 1) * s + k  # the elements one row's windows read
     total = (rows - 1) * pitch + span
     if not no_nan:
@@ -357,9 +357,9 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
                     fold_pair(row, (p - b0) * row_pitch + row_at, flat, at, flat, at, width,
                               True)
                 # (a 1-D window is in window order: no output is looked for again)
-                _last_axis(row, row_lead, row_pitch, b1 - b0, last_axis[0], last_axis[1], out_last,
-                           y_flat, b0 * out_plane, out_plane, ladder, starts, False, False,
-                           fixes, 0)
+                _last_axis(row, row_lead, row_pitch, b1 - b0, last_axis[0], last_axis[1],
+                           out_last, y_flat, b0 * out_plane, out_plane, ladder, starts, False,
+                           False, fixes, 0)
             continue
         p = item // items_per_plane
         o0 = (item % items_per_plane) * per_item
@@ -396,7 +396,7 @@ def max_runs(x, y, axes, setup, empty_value, start, stop):
                 dst = stage_b if to_b else stage_a
                 # strips of the rows whose suffixes fit STRIP_BYTES, and stay in cache (3-D
                 # rows of 64x64 float32, 16 KiB each, took 1 MiB of suffixes for 63 taps)
-                line = LINE_BYTES // x.itemsize  # (whole lines, that each strip's rows start on)
+                line = LINE_BYTES // x.itemsize  # (whole lines: each strip's rows start on one)
                 strip = setup[STRIP_BYTES] // (min(axes[KERNEL, a], n) * x.itemsize)
                 strip = max(strip // line * line, line)
                 for u in range(units):
