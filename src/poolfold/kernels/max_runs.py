@@ -23,8 +23,8 @@ Reducing the leading axes first visits a window's taps column by column, not in 
 order: where equal values differ in their bits, another tap than the first may be kept (+0.0
 where a -0.0 came first, or another NaN).  So an output that is a NaN, or a zero where the
 item's input holds a -0.0, is found again in window order (:func:`_in_window_order`).  What
-an item's input holds is found first, in one scan: where it holds no NaN every fold is a
-plain comparison, and where it holds neither a NaN nor a -0.0 no output is screened.  (The
+the input holds is found as the first axis first reads each row: until a NaN is met every
+fold is a plain comparison, and until a NaN or a -0.0 is, no output is screened.  (The
 last axis first, through transposed slabs and running maxima, kept the order with no search
 but took 2.2 ms where this takes 1.9, two threads, 63x63 windows over (4,16,256,256)
 float32; it was faster over small planes, 9x9 over (1,256,14,14) 0.25 against 0.43 ms,
@@ -166,9 +166,10 @@ def _stream_axis(src, src_at, n, width, pitch, k, s, pad, out_n, dst, dst_at, ds
     (for the last axis: its kernel, stride, padding and outputs, then the padded rows'
     pitch and how many ``target`` holds), into ``target``, the padded rows, each after its
     padding, and each time they are full (or the axis ends), their last axis into
-    ``dst[dst_at + o*dst_pitch:][:last[3]]`` (:func:`_last_axis`).  Then, with ``report``,
-    the outputs o that are a zero or a NaN are listed in ``fixes[1:]``, their count in
-    ``fixes[0]``, and their kinds ORed into ``fixes[-1]``.
+    ``dst[dst_at + o*dst_pitch:][:last[3]]`` (:func:`_last_axis`).  Then, once the rows
+    read hold a NaN or a -0.0 (``seen``, below), the outputs o that are a zero or a NaN are
+    listed in ``fixes[1:]``, their count in ``fixes[0]``, and their kinds ORed into
+    ``fixes[-1]``.
 
     ``seen`` (:data:`SEEN_KINDS`, :data:`SEEN_SIGNED_ZEROS`, :data:`SEEN_SCREENS`): what the
     rows read so far hold.  Until they hold a NaN the folds are plain comparisons, and until

@@ -39,10 +39,12 @@ escape numba's own checks.
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import binding, ir
 from numba import types
 from numba.core import cgutils, config
 from numba.extending import intrinsic
+from numba.np.numpy_support import from_dtype
 
 from . import helper_overload
 from .half import HALF_BITS
@@ -68,6 +70,12 @@ def _lanes(dtype) -> int:
     already: 32 of them were slower (bfloat16 3x3 at stride 2, 1.15x the time)."""
     vector_bytes = 32 if dtype in HALF_BITS else REGISTER_BYTES
     return max(vector_bytes // (dtype.bitwidth // 8), 1)
+
+
+def vector_lanes(value_type) -> int:
+    """:func:`_lanes` for a numpy value type (see :func:`poolfold.dtypes.value_type`), for
+    the op layer's choices."""
+    return _lanes(from_dtype(np.dtype(value_type)))
 
 
 def _supported(dtype) -> bool:

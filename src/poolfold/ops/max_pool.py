@@ -1268,7 +1268,7 @@ def plane_lanes_row_fold(plan: WindowPlan) -> tuple[WindowPlan, np.ndarray]:
 
 
 def plane_lanes_row_groups(folded: WindowPlan, row_fold: np.ndarray,
-                           itemsize: int) -> np.ndarray:
+                           value_type: np.dtype) -> np.ndarray:
     """Whether ``max_plane_lanes`` folds the rows its row fold left in groups straight into
     Y, without lanes: 2-D planes whose rows were folded (``folded``, the plan after that
     fold), windows that tile the columns too (no padding before, a stride that is the
@@ -1279,9 +1279,8 @@ def plane_lanes_row_groups(folded: WindowPlan, row_fold: np.ndarray,
         return none
     k, s, d = folded.kernel[0], folded.strides[0], folded.dilations[0]
     width = folded.out_shape[1]
-    lanes = (32 if itemsize == 2 else simd.REGISTER_BYTES) // itemsize  # (simd._lanes)
     if (folded.pad_begin[0] != 0 or folded.out_shape[0] * s != folded.in_shape[0]
-            or (k - 1) * d >= s or d != 1 or width > lanes):
+            or (k - 1) * d >= s or d != 1 or width > simd.vector_lanes(value_type)):
         return none
     return np.array([k, s, width], np.int64)
 
@@ -1406,7 +1405,7 @@ class _PoolLaunch:
             block = block_planes(self.value_type, self.planes, threads)
             tapped, row_fold = plane_lanes_row_fold(plan)
             row_fold = np.concatenate([row_fold, plane_lanes_row_groups(tapped, row_fold,
-                                                                        dtype.itemsize)])
+                                                                        self.value_type)])
             self.lanes = (*plane_lanes_tables(tapped, block), block, row_fold,
                           -(-self.planes // block))
             # Its transposes and each output's taps cost about two elements of the other
@@ -1565,18 +1564,16 @@ class _PoolLaunch:
         and its first NaN (31x31x31 windows over (2,8,32,32,32), first call with an empty
         cache: 7.4 s by the whole window, each output's 29791 taps)."""
         plan = self.plan
+        ones, zeros = (1,) * plan.rank, (0,) * plan.rank
         shape = plan.in_shape
         x = xs.view(self.dtype).reshape((1, self.planes) + shape)
         for a in range(plan.rank - 1, -1, -1):
-            one = (1,) * plan.rank
-            ones = tuple(0 for _ in shape)
+            def only(values, elsewhere, a=a):  # axis a's value, ``elsewhere``'s on the others
+                return elsewhere[:a] + (values[a],) + elsewhere[a + 1:]
 
-            def only(values, fill, a=a):
-                return fill[:a] + (values[a],) + fill[a + 1:]
-
-            step = WindowPlan(shape, only(plan.kernel, one), only(plan.strides, one),
-                              only(plan.dilations, one), only(plan.pad_begin, ones),
-                              only(plan.pad_end, ones), only(plan.out_shape, shape),
+            step = WindowPlan(shape, only(plan.kernel, ones), only(plan.strides, ones),
+                              only(plan.dilations, ones), only(plan.pad_begin, zeros),
+                              only(plan.pad_end, zeros), only(plan.out_shape, shape),
                               plan.label)
             launch = _pool_launch(self.label, (1, self.planes), self.dtype, step, False, 0,
                                   DIRECT, -1, kernel_threads())
