@@ -3,8 +3,9 @@
 Kernels are serial and compiled with ``nogil=True``; :mod:`.threads` runs one over parts of
 its range on a pool of Python threads, :mod:`.affinity` keeps that pool's threads off the
 caller's core where that helps, :mod:`.notices` says when numba compiles a kernel,
-:mod:`.background` compiles the slowest ones in a child process, and :mod:`.sharing` has
-processes that start together compile each kernel once.
+:mod:`.background` compiles the slowest ones in a child process, :mod:`.sharing` has
+processes that start together compile each kernel once, and :mod:`.caching` loads a cached
+kernel without parsing what only linking needs.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from numba import types
 from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic, overload
 
-from . import linking, sharing
+from . import caching, linking, sharing
 
 
 def kernel(**options):
-    """The decorator of a kernel (a function Python calls): numba's ``njit`` with its disk
-    cache and without the GIL (``options`` add to those), each compile shared with the other
-    processes that need it at the same time (:mod:`.sharing`)."""
-    jit = numba.njit(cache=True, nogil=True, **options)
-    return lambda function: sharing.share_compiles(jit(function))
+    """The decorator of a kernel (a function Python calls): numba's ``njit`` with a disk
+    cache (:mod:`.caching`) and without the GIL (``options`` add to those), each compile
+    shared with the other processes that need it at the same time (:mod:`.sharing`)."""
+    jit = numba.njit(nogil=True, **options)
+    return lambda function: sharing.share_compiles(caching.enable(jit(function)))
 
 # The decorator of a kernel's helpers, which only other kernels call: numba then builds none
 # of the wrappers that let Python call a compiled function (argument unboxing and a C entry
