@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 import oracle
 import poolfold
 from poolfold import PoolfoldError, PoolfoldTypeError
+from poolfold.kernels import window_blocks
 from poolfold.ops._common import CallCache
 
 F16 = np.dtype(np.float16)
@@ -377,6 +378,93 @@ def test_plane_lanes_sum_as_the_rows_do(kind, case, monkeypatch):
     assert by_lanes.tobytes() == by_rows.tobytes()
     want, info = pooled(kind, case, x, by=oracle)
     oracle.assert_within_bound(by_lanes, want, info, case.dtype, kind)
+
+
+# Windows too large for the row sums, channels-first, spatial rank 1 to 3, X of at most 4
+# bytes: the block sums (kernels/window_blocks.py).  Axes by blocks and window by window,
+# strides, dilations (several phases), pads, ceil mode, both divisors, empty windows, NaN and
+# inf, a partial group of rows (fewer than a vector's worth), rows longer than a segment,
+# sums that would overflow float32.
+BLOCK_SUM_CASES = [
+    Case((1, 3, 300), [70], name="1d-running"),
+    Case((2, 5, 1500), [100], strides=[3], pads=[10, 40], dtype=F16, name="1d-segments"),
+    Case((1, 9, 700), [65], strides=[65], ceil_mode=1, count_include_pad=1,
+         pads=[3, 30], name="1d-direct"),
+    Case((1, 2, 600), [66], dilations=[3], auto_pad="SAME_UPPER", specials=True,
+         name="1d-phases"),
+    Case((1, 2, 40, 37), [31, 31], auto_pad="SAME_UPPER", specials=True, name="2d-running"),
+    Case((2, 3, 30, 41), [25, 7], strides=[2, 3], pads=[3, 4, 5, 6], ceil_mode=1,
+         count_include_pad=1, dtype=BF16, name="2d-mixed"),
+    Case((1, 2, 80, 29), [25, 9], dilations=[3, 2], pads=[2, 5, 3, 1], name="2d-phases"),
+    Case((1, 1, 9, 8), [30, 30], pads=[15, 15, 15, 15], name="2d-empty-windows"),
+    Case((1, 3, 20, 140), [5, 70], pads=[2, 30, 2, 30], scale=3e37, name="2d-large-values"),
+    Case((1, 2, 11, 12, 13), [7, 7, 7], auto_pad="SAME_UPPER", dtype=F16, specials=True,
+         name="3d-running"),
+    Case((1, 2, 12, 13, 14), [5, 9, 3], strides=[2, 1, 2], pads=[1, 2, 3, 4, 5, 6],
+         count_include_pad=1, name="3d-mixed"),
+    Case((1, 1, 9, 10, 21), [5, 7, 9], dilations=[2, 1, 2], ceil_mode=1, strides=[2, 2, 1],
+         dtype=BF16, name="3d-phases"),
+]
+for _i, _c in enumerate(BLOCK_SUM_CASES):
+    _c.seed = 5000 + _i
+
+
+@pytest.mark.parametrize("kind", ["average", "lp"])
+@pytest.mark.parametrize("case", BLOCK_SUM_CASES, ids=ids(BLOCK_SUM_CASES))
+def test_block_sums_match_oracle(kind, case, monkeypatch):
+    from poolfold.ops import averaging
+
+    ran = []
+    kernel = averaging.window_blocks.block_sums
+    fresh_launches(monkeypatch)
+    monkeypatch.setattr(averaging.window_blocks, "block_sums",
+                        lambda *args: ran.append(args[2]) or kernel(*args))
+    x = case.data()
+    if kind == "lp":
+        case = Case(**{**case.__dict__, "count_include_pad": 0, "p": 1 + case.seed % 3})
+    got = pooled(kind, case, x)
+    assert ran, "the block sums did not run"
+    dims = ran[0]
+    assert dims[window_blocks.RUNNING].any() or "direct" in case.name or "phases" in case.name
+    want, info = pooled(kind, case, x, by=oracle)
+    oracle.assert_within_bound(got, want, info, case.dtype, kind)
+
+
+@pytest.mark.parametrize("rank", [1, 2])
+def test_block_sums_of_a_row_do_not_depend_on_its_segments(rank):
+    """A long row's block sums are taken a segment at a time, each segment starting at a
+    block's start, so that its windows are summed as the row's blocks place them: they have
+    the bits of the same windows in a row that starts at one of those blocks' starts and is
+    short enough for one segment.  A stride that puts segments' first windows off the
+    blocks' starts; small integers among values of 2^60 (exact in float32), so that how a
+    window's sum is grouped shows in Y (2^60 + 1 is 2^60 in float64), where the rounding of
+    ordinary values would vanish in Y's float32."""
+    rng = np.random.default_rng(7)
+    shape = (1, 9) + (3,) * (rank - 1) + (6000,)
+    x = rng.integers(-3, 4, shape).astype(np.float32)
+    big = rng.random(shape) < 0.05
+    x[big] = np.where(rng.random(int(big.sum())) < 0.5, -2.0 ** 60, 2.0 ** 60)
+    x[0, 2, ..., 1234] = np.nan
+    k, s, m = 71, 2, 60  # m outputs: fewer than a segment holds
+    kernel, strides = [1] * (rank - 1) + [k], [1] * (rank - 1) + [s]
+    assert window_blocks.segment_starts(k, 1, True) > (m - 1) * s
+    whole = poolfold.average_pool(x, kernel, strides=strides)
+    for start in (0, 2 * k, 6 * k, 20 * k, 40 * k):  # block starts, at even positions
+        short = poolfold.average_pool(x[..., start:start + (m - 1) * s + k], kernel,
+                                      strides=strides)
+        o = start // s
+        assert short.tobytes() == whole[..., o:o + m].tobytes(), start
+
+
+def test_block_sums_store_one_nan():
+    """Which of two NaNs an x86 sum keeps depends on the order of its operands, which LLVM
+    may choose: the block sums store every NaN as one quiet NaN."""
+    x = np.zeros((1, 8, 200), np.float32)
+    x[:, :, 50] = np.float32(-np.nan)
+    x[:, :, 51] = np.frombuffer(np.uint32(0x7FC01234).tobytes(), np.float32)[0]
+    y = poolfold.average_pool(x, [70], auto_pad="SAME_UPPER")
+    bits = y.view(np.uint32)[np.isnan(y)]
+    assert bits.size and (bits == np.float32(np.nan).view(np.uint32)).all()
 
 
 def test_plane_lanes_chosen_for_many_small_planes():

@@ -588,6 +588,72 @@ def fold_pair(typingctx, dst, to, first, first_at, second, second_at, count, no_
                        no_nan), codegen)
 
 
+def _pair_sums(dtype, whole_vector: bool):
+    """The codegen of :func:`add_pair` (``whole_vector``: of :func:`add_vectors`)."""
+
+    def codegen(context, builder, signature, args):
+        dst_v, to_v, first_v, first_at_v, second_v, second_at_v = args[:6]
+        i64 = ir.IntType(64)
+        lanes = _lanes(dtype)
+        element_type = context.get_data_type(dtype)
+        arrays = [(signature.args[k], v) for k, v in ((0, dst_v), (2, first_v), (4, second_v))]
+        bases = [_pointer(context, builder, t, v) for t, v in arrays]
+        sizes = [context.make_array(t)(context, builder, v).nitems for t, v in arrays]
+
+        def step(i, width):
+            reach = ir.Constant(i64, width - 1)
+            vector_type = ir.VectorType(element_type, width)
+            a_at = builder.add(first_at_v, i)
+            b_at = builder.add(second_at_v, i)
+            to_at = builder.add(to_v, i)
+            _check(context, builder, a_at, builder.add(a_at, reach), sizes[1])
+            _check(context, builder, b_at, builder.add(b_at, reach), sizes[2])
+            _check(context, builder, to_at, builder.add(to_at, reach), sizes[0])
+            a = _load(builder, bases[1], a_at, vector_type)
+            b = _load(builder, bases[2], b_at, vector_type)
+            _store(builder, bases[0], to_at, builder.fadd(a, b))
+
+        if whole_vector:
+            step(ir.Constant(i64, 0), lanes)
+            return context.get_dummy_value()
+        count_v = args[6]
+        width = ir.Constant(i64, lanes)
+        vectors = builder.sdiv(count_v, width)
+        with cgutils.for_range(builder, vectors, intp=i64) as loop:
+            step(builder.mul(loop.index, width), lanes)
+        with cgutils.for_range_slice(builder, builder.mul(vectors, width), count_v,
+                                     ir.Constant(i64, 1), intp=i64) as (i, _):
+            step(i, 1)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+@intrinsic
+def add_pair(typingctx, dst, to, first, first_at, second, second_at, count):
+    """``dst[to + i]`` = ``first[first_at + i] + second[second_at + i]``, for i < ``count``:
+    one step of a prefix or suffix of block sums (:mod:`poolfold.kernels.window_blocks`),
+    whose sources and destination are often one array.  numba's loop over a position's
+    lanes (8 float64) was unrolled by LLVM before its loop vectoriser saw it (one scalar
+    addition an element), as for :func:`fold_pair`.  ``dst`` may be ``first``, the same
+    elements or elements at least ``count`` apart: the elements past the last whole vector
+    are added one by one, none twice.  float32 or float64."""
+    if not (_arrays_of(dst, first, _floats) and _arrays_of(dst, second, _floats)):
+        return None
+    return (types.void(dst, types.int64, first, types.int64, second, types.int64,
+                       types.int64), _pair_sums(first.dtype, False))
+
+
+@intrinsic
+def add_vectors(typingctx, dst, to, first, first_at, second, second_at):
+    """:func:`add_pair` of one vector's elements (:func:`vector_width`), without a loop: a
+    position of lanes, a vector of rows side by side."""
+    if not (_arrays_of(dst, first, _floats) and _arrays_of(dst, second, _floats)):
+        return None
+    return (types.void(dst, types.int64, first, types.int64, second, types.int64),
+            _pair_sums(first.dtype, True))
+
+
 @intrinsic(prefer_literal=True)
 def fold_row_groups(typingctx, dst, to, src, at, rows, width, src_step, tap_step, taps):
     """``dst[to + j*width + i]`` = the first maximum of ``src[at + j*src_step + t*tap_step +

@@ -28,6 +28,7 @@ from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RU
                                   ABS, AS_IS, AVERAGE, AXIS_ROWS, POWER, ROOT, SQUARE, VALUE,
                                   global_max, term_marker, plane_means, plane_sums,
                                   scaled_plane_sums, scaled_window_sums, window_sums)
+from ..kernels import window_blocks
 from ..kernels.window_rows import (BLOCK_ELEMENTS as ROW_BLOCK_ELEMENTS, POSITION_CHANNELS,
                                    block_pitch, position_sums, window_rows)
 from ..memory import allocate, check_size, check_table
@@ -169,6 +170,49 @@ def takes_row_terms(dtype: np.dtype, kind: str, p: float) -> bool:
     if kind == "average":
         return True
     return np.dtype(dtype).itemsize <= 4 and not is_scaled(kind, dtype, p) and p in (1.0, 2.0)
+
+
+# The spatial ranks the block sums (window_blocks) take.
+BLOCK_SUM_RANKS = (1, 2, 3)
+
+
+def takes_block_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float,
+                     channels: int) -> bool:
+    """Whether :func:`pool_windows` sums by :func:`poolfold.kernels.window_blocks.block_sums`:
+    one element per position, spatial rank 1 to 3, X of at most 4 bytes (summed in float64,
+    which its terms cannot overflow: not LpPool's scaled sums), over a window the row sums
+    do not take.  Depends on the window, the type and the layout alone, never on the size
+    of the tensor: a slab of it (poolfold.dask) takes the same path."""
+    return (channels == 1 and plan.rank in BLOCK_SUM_RANKS
+            and np.dtype(dtype).itemsize <= 4 and not is_scaled(kind, dtype, p)
+            and not takes_row_sums(plan, dtype, kind, p))
+
+
+def block_sum_dims(plan: WindowPlan, running: tuple[bool, ...]) -> np.ndarray:
+    """block_sums's per-axis table (its rows N ... RUNNING)."""
+    dims = np.zeros((window_blocks.DIM_ROWS, plan.rank), np.int64)
+    for a in range(plan.rank):
+        out, k, s, d = plan.out_shape[a], plan.kernel[a], plan.strides[a], plan.dilations[a]
+        dims[:, a] = (plan.in_shape[a], out, k, s, d, plan.pad_begin[a],
+                      window_blocks.padded_length(out, k, s, d), int(running[a]))
+    dims.flags.writeable = False
+    return dims
+
+
+def _check_block_scratch(label: str, plan: WindowPlan, running: tuple[bool, ...]) -> None:
+    """Bound block_sums's scratch before any work (see the kernel)."""
+    padded = block_sum_dims(plan, running)[window_blocks.PADDED]
+    k, d = plan.kernel[-1], plan.dilations[-1]
+    starts = window_blocks.segment_starts(k, d, running[-1])
+    slack = window_blocks.SLACK
+    segment = min(int(padded[-1]), starts + (k - 1) * d + 1) + slack
+    need = 3 * segment * slack + 2 * (starts + slack) * slack
+    if plan.rank > 1:
+        need += (2 * int(padded.max()) * window_blocks.COLUMNS
+                 + plan.out_shape[-2] * int(padded[-1]) + window_blocks.SLACK)
+    if plan.rank == 3:
+        need += plan.out_shape[0] * plan.in_shape[1] * plan.in_shape[2]
+    check_table(label, "the block sums' scratch", (need,), np.float64)
 
 
 def takes_position_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float) -> bool:
@@ -471,6 +515,13 @@ class _WindowsLaunch(_Launch):
                               term_marker(transform), float(p))
             self.parts = split_parts(rows, work, threads)
             return
+        if takes_block_sums(plan, dtype, kind, p, layout.channels):
+            _check_block_scratch(label, plan, running)
+            self.kernel, self.count, self.flat = window_blocks.block_sums, layout.outer, False
+            self.arguments = (block_sum_dims(plan, running), tables.axis_inverse, _LEAD_ONES,
+                              mode, term_marker(transform), float(p))
+            self.parts = split_parts(self.count, work, threads)
+            return
         block = channel_block_for(plan, layout.channels) if channel_block is None else min(
             channel_block, layout.channels)
         scaled = is_scaled(kind, dtype, p)
@@ -511,6 +562,10 @@ GROUP_ELEMENTS = 16384
 def _plane_group(plan: WindowPlan, outers: int) -> int:
     return int(max(1, min(outers, GROUP_ELEMENTS // max(1, math.prod(plan.in_shape)))))
 
+
+# The leading factors of 1-D rows in block_sums: ones, a vector's worth.
+_LEAD_ONES = np.ones(window_blocks.SLACK, np.float64)
+_LEAD_ONES.flags.writeable = False
 
 # The marker that asks window_sums to compensate its sums (float64 inputs).
 _COMPENSATE = np.empty(0, np.float64)
