@@ -415,10 +415,11 @@ def test_block_sums_match_oracle(kind, case, monkeypatch):
     from poolfold.ops import averaging
 
     ran = []
-    kernel = averaging.window_blocks.block_sums
+    kernels = averaging.BLOCK_SUM_KERNELS
     fresh_launches(monkeypatch)
-    monkeypatch.setattr(averaging.window_blocks, "block_sums",
-                        lambda *args: ran.append(args[2]) or kernel(*args))
+    monkeypatch.setattr(averaging, "BLOCK_SUM_KERNELS", {
+        rank: (lambda *args, kernel=kernel: ran.append(args[2]) or kernel(*args))
+        for rank, kernel in kernels.items()})
     x = case.data()
     if kind == "lp":
         case = Case(**{**case.__dict__, "count_include_pad": 0, "p": 1 + case.seed % 3})

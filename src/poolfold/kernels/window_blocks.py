@@ -95,16 +95,14 @@ def _add(dst, to, first, first_at, second, second_at, width):
         add_pair(dst, to, first, first_at, second, second_at, width)
 
 
-@njit(inline="always")
+@uncounted_helper
 def _block_sums(dst, dst_at, dst_step, terms, partial, length, width, start, out, k, s, d,
                 running):
     """Window sums along positions ``j < length`` of ``terms`` (``width`` columns each,
     position j at ``terms[j * width:]``): output o (window taps at ``start + o * s + t * d``,
     t < k) into ``dst[dst_at + o * dst_step:][:width]``.  By blocks (``running``, see the
     module's docstring; ``start`` a multiple of ``k * d``): prefixes into ``partial``,
-    suffixes in place in ``terms``.
-    Else each window adds its taps in order.  Inlined, so that the last axis's width (a
-    vector's lanes) is a constant in its loops."""
+    suffixes in place in ``terms``.  Else each window adds its taps in order."""
     u = np.uint64
     w = u(width)
     if not running:
@@ -280,84 +278,121 @@ def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, 
             o_a = o_b
 
 
+@uncounted_helper
+def _segment_sizes(k, d, running, padded):
+    """The last axis's segments: window starts per segment, positions per segment (with a
+    vector's worth of slack), and the blocks' span."""
+    block = k * d if running else 1
+    starts = max(block, SEGMENT // block * block)
+    return starts, min(padded, starts + (k - 1) * d + 1) + SLACK, block
+
+
 @kernel(error_model="numpy")
-def block_sums(x, y, dims, factors, lead_ones, mode, mark, p, start, stop):
-    """Pool planes ``[start, stop)`` of ``x`` (planes, input size) into ``y`` (planes,
-    output size, Y's element type): AVERAGE multiplies each window's sum by the product of
-    its axes' ``factors[axis, o]`` (the divisor's inverse per axis), ROOT takes its p-th
-    root.  ``mark`` selects the term of each element (poolfold.kernels.window_sum); ``dims``
-    see the module's rows; ``lead_ones``: ones, a vector's worth at least (1-D rows' leading
-    factors)."""
-    rank = dims.shape[1]
-    last = rank - 1
-    n_l, out_l, k_l = dims[N, last], dims[OUT, last], dims[KERNEL, last]
-    s_l, d_l, run_l = dims[STRIDE, last], dims[DILATION, last], dims[RUNNING, last] == 1
-    pad_l, len_l = dims[PAD_BEGIN, last], dims[PADDED, last]
-    last_factors = factors[last]
+def block_sums_1d(x, y, dims, factors, lead_ones, mode, mark, p, start, stop):
+    """Pool 1-D rows ``[start, stop)`` of ``x`` (rows, input size) into ``y`` (rows, output
+    size, Y's element type), a vector's worth of rows at a time, staged with their padding a
+    segment at a time: AVERAGE multiplies each window's sum by ``factors[0, o]`` (the
+    divisor's inverse), ROOT takes its p-th root.  ``mark`` selects the term of each element
+    (poolfold.kernels.window_sum); ``dims`` see the module's rows; ``lead_ones``: ones, a
+    vector's worth at least."""
+    n, out, k = dims[N, 0], dims[OUT, 0], dims[KERNEL, 0]
+    s, d, running = dims[STRIDE, 0], dims[DILATION, 0], dims[RUNNING, 0] == 1
+    pad = dims[PAD_BEGIN, 0]
+    starts, segment, block = _segment_sizes(k, d, running, dims[PADDED, 0])
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    # a segment of the last axis in lanes: its positions, a vector's worth of rows each
-    block = k_l * d_l if run_l else 1
-    starts = max(block, SEGMENT // block * block)
-    segment = min(len_l, starts + (k_l - 1) * d_l + 1) + SLACK
     lanes = np.empty(segment * SLACK, np.float64)
     partial = np.empty(segment * SLACK, np.float64)
     lane_sums = np.empty((starts + SLACK) * SLACK, np.float64)
     sums = np.empty((starts + SLACK) * SLACK, np.float64)
-    if rank == 1:
-        # a vector's worth of rows staged at a time, a segment of their padded positions
-        rows = np.empty(SLACK * segment + SLACK, np.float64)
-        width = vector_width(lanes)
-        for p0 in range(start, stop, width):
-            planes = min(width, stop - p0)
-            o_a = 0
-            while o_a < out_l:
-                q0 = (o_a * s_l) // block * block  # a block's start
-                o_b = min(out_l, max(o_a + 1, (q0 + starts + s_l - 1) // s_l))
-                length = (o_b - 1) * s_l + (k_l - 1) * d_l + 1 - q0
-                for r in range(planes):
-                    _stage(rows, r * segment, x_flat, (p0 + r) * n_l, n_l, 1, 0, 1,
-                           pad_l - q0, length, mark, p)
-                _last_axis(y_flat, p0 * out_l + o_a, out_l, rows, 0, segment, planes,
-                           o_a * s_l - q0, o_b - o_a, k_l, s_l, d_l, run_l, lanes, partial,
-                           lane_sums, sums, lead_ones, 0, last_factors, o_a, mode, p)
-                o_a = o_b
-        return
-    # ranks 2 and 3: the axis before the last into rows at the last axis's padded pitch
-    a = rank - 2
-    n_a, out_a, k_a = dims[N, a], dims[OUT, a], dims[KERNEL, a]
-    s_a, d_a, run_a = dims[STRIDE, a], dims[DILATION, a], dims[RUNNING, a] == 1
-    pad_a, len_a = dims[PAD_BEGIN, a], dims[PADDED, a]
+    rows = np.empty(SLACK * segment + SLACK, np.float64)
+    width = vector_width(lanes)
+    for r0 in range(start, stop, width):
+        count = min(width, stop - r0)
+        o_a = 0
+        while o_a < out:
+            q0 = (o_a * s) // block * block  # a block's start
+            o_b = min(out, max(o_a + 1, (q0 + starts + s - 1) // s))
+            length = (o_b - 1) * s + (k - 1) * d + 1 - q0
+            for r in range(count):
+                _stage(rows, r * segment, x_flat, (r0 + r) * n, n, 1, 0, 1, pad - q0, length,
+                       mark, p)
+            _last_axis(y_flat, r0 * out + o_a, out, rows, 0, segment, count, o_a * s - q0,
+                       o_b - o_a, k, s, d, running, lanes, partial, lane_sums, sums,
+                       lead_ones, 0, factors[0], o_a, mode, p)
+            o_a = o_b
+
+
+@kernel(error_model="numpy")
+def block_sums_2d(x, y, dims, factors, mode, mark, p, start, stop):
+    """Pool 2-D planes ``[start, stop)`` of ``x`` (planes, input size) into ``y`` (planes,
+    output size): the first axis into rows at the last axis's padded pitch, then the last
+    axis; AVERAGE multiplies each window's sum by ``factors[0, o0] * factors[1, o1]``.  See
+    :func:`block_sums_1d` for the rest."""
+    n_a, out_a, k_a = dims[N, 0], dims[OUT, 0], dims[KERNEL, 0]
+    s_a, d_a, run_a = dims[STRIDE, 0], dims[DILATION, 0], dims[RUNNING, 0] == 1
+    pad_a, len_a = dims[PAD_BEGIN, 0], dims[PADDED, 0]
+    n_l, out_l, k_l = dims[N, 1], dims[OUT, 1], dims[KERNEL, 1]
+    s_l, d_l, run_l = dims[STRIDE, 1], dims[DILATION, 1], dims[RUNNING, 1] == 1
+    pad_l, len_l = dims[PAD_BEGIN, 1], dims[PADDED, 1]
+    starts, segment, _ = _segment_sizes(k_l, d_l, run_l, len_l)
+    x_flat = x.reshape(x.size)
+    y_flat = y.reshape(y.size)
+    lanes = np.empty(segment * SLACK, np.float64)
+    partial = np.empty(segment * SLACK, np.float64)
+    lane_sums = np.empty((starts + SLACK) * SLACK, np.float64)
+    sums = np.empty((starts + SLACK) * SLACK, np.float64)
+    buf = np.empty(len_a * COLUMNS, np.float64)
+    part = np.empty(buf.size, np.float64)
+    row_sums = np.empty(out_a * len_l + SLACK, np.float64)
+    lead = factors[0]
+    for plane in range(start, stop):
+        _rows_of_slice(row_sums, x_flat, plane * x.shape[1], n_a, n_l, out_a, k_a, s_a, d_a,
+                       pad_a, len_a, run_a, pad_l, len_l, buf, part, mark, p)
+        _last_axis(y_flat, plane * y.shape[1], out_l, row_sums, 0, len_l, out_a, 0, out_l,
+                   k_l, s_l, d_l, run_l, lanes, partial, lane_sums, sums, lead, 0, factors[1],
+                   0, mode, p)
+
+
+@kernel(error_model="numpy")
+def block_sums_3d(x, y, dims, factors, mode, mark, p, start, stop):
+    """Pool 3-D planes ``[start, stop)`` of ``x`` into ``y``: the first axis into a float64
+    plane of its sums, then each of its slices as :func:`block_sums_2d` pools a plane of
+    float64 terms; AVERAGE multiplies each window's sum by the product of its axes'
+    ``factors[axis, o]``."""
+    n_0, out_0, k_0 = dims[N, 0], dims[OUT, 0], dims[KERNEL, 0]
+    n_a, out_a, k_a = dims[N, 1], dims[OUT, 1], dims[KERNEL, 1]
+    s_a, d_a, run_a = dims[STRIDE, 1], dims[DILATION, 1], dims[RUNNING, 1] == 1
+    pad_a, len_a = dims[PAD_BEGIN, 1], dims[PADDED, 1]
+    n_l, out_l, k_l = dims[N, 2], dims[OUT, 2], dims[KERNEL, 2]
+    s_l, d_l, run_l = dims[STRIDE, 2], dims[DILATION, 2], dims[RUNNING, 2] == 1
+    pad_l, len_l = dims[PAD_BEGIN, 2], dims[PADDED, 2]
+    starts, segment, _ = _segment_sizes(k_l, d_l, run_l, len_l)
+    x_flat = x.reshape(x.size)
+    y_flat = y.reshape(y.size)
+    lanes = np.empty(segment * SLACK, np.float64)
+    partial = np.empty(segment * SLACK, np.float64)
+    lane_sums = np.empty((starts + SLACK) * SLACK, np.float64)
+    sums = np.empty((starts + SLACK) * SLACK, np.float64)
     buf = np.empty(max(len_a, dims[PADDED, 0]) * COLUMNS, np.float64)
     part = np.empty(buf.size, np.float64)
     row_sums = np.empty(out_a * len_l + SLACK, np.float64)
     lead = np.empty(out_a, np.float64)
     slice_in = n_a * n_l
-    out0 = dims[OUT, 0]
-    sums0 = np.empty(out0 * slice_in if rank == 3 else 0, np.float64)
+    sums0 = np.empty(out_0 * slice_in, np.float64)
     for plane in range(start, stop):
         y_at = plane * y.shape[1]
-        if rank == 2:
+        _leading_axis(sums0, 0, slice_in, x_flat, plane * x.shape[1], n_0, slice_in, slice_in,
+                      out_0, k_0, dims[STRIDE, 0], dims[DILATION, 0], dims[PAD_BEGIN, 0],
+                      dims[PADDED, 0], dims[RUNNING, 0] == 1, buf, part, mark, p)
+        for o0 in range(out_0):
             for o in range(out_a):
-                lead[o] = factors[a, o]
-            _rows_of_slice(row_sums, x_flat, plane * x.shape[1], n_a, n_l, out_a, k_a, s_a,
-                           d_a, pad_a, len_a, run_a, pad_l, len_l, buf, part, mark, p)
-            _last_axis(y_flat, y_at, out_l, row_sums, 0, len_l, out_a, 0, out_l, k_l, s_l, d_l,
-                       run_l, lanes, partial, lane_sums, sums, lead, 0, last_factors, 0, mode,
-                       p)
-            continue
-        _leading_axis(sums0, 0, slice_in, x_flat, plane * x.shape[1], dims[N, 0], slice_in,
-                      slice_in, out0, dims[KERNEL, 0], dims[STRIDE, 0], dims[DILATION, 0],
-                      dims[PAD_BEGIN, 0], dims[PADDED, 0], dims[RUNNING, 0] == 1, buf, part,
-                      mark, p)
-        for o0 in range(out0):
-            for o in range(out_a):
-                lead[o] = factors[0, o0] * factors[a, o]
+                lead[o] = factors[0, o0] * factors[1, o]
             _rows_of_slice(row_sums, sums0, o0 * slice_in, n_a, n_l, out_a, k_a, s_a, d_a,
                            pad_a, len_a, run_a, pad_l, len_l, buf, part, _SUMS, p)
             _last_axis(y_flat, y_at + o0 * out_a * out_l, out_l, row_sums, 0, len_l, out_a, 0,
                        out_l, k_l, s_l, d_l, run_l, lanes, partial, lane_sums, sums, lead, 0,
-                       last_factors, 0, mode, p)
+                       factors[2], 0, mode, p)
 
 
 # The term marker of sums already taken (window_sum's VALUE: each element as it is).

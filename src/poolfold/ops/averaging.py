@@ -172,18 +172,19 @@ def takes_row_terms(dtype: np.dtype, kind: str, p: float) -> bool:
     return np.dtype(dtype).itemsize <= 4 and not is_scaled(kind, dtype, p) and p in (1.0, 2.0)
 
 
-# The spatial ranks the block sums (window_blocks) take.
-BLOCK_SUM_RANKS = (1, 2, 3)
+# The block sums' kernel per spatial rank (window_blocks).
+BLOCK_SUM_KERNELS = {1: window_blocks.block_sums_1d, 2: window_blocks.block_sums_2d,
+                     3: window_blocks.block_sums_3d}
 
 
 def takes_block_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float,
                      channels: int) -> bool:
-    """Whether :func:`pool_windows` sums by :func:`poolfold.kernels.window_blocks.block_sums`:
+    """Whether :func:`pool_windows` sums by block sums (:mod:`poolfold.kernels.window_blocks`):
     one element per position, spatial rank 1 to 3, X of at most 4 bytes (summed in float64,
     which its terms cannot overflow: not LpPool's scaled sums), over a window the row sums
     do not take.  Depends on the window, the type and the layout alone, never on the size
     of the tensor: a slab of it (poolfold.dask) takes the same path."""
-    return (channels == 1 and plan.rank in BLOCK_SUM_RANKS
+    return (channels == 1 and plan.rank in BLOCK_SUM_KERNELS
             and np.dtype(dtype).itemsize <= 4 and not is_scaled(kind, dtype, p)
             and not takes_row_sums(plan, dtype, kind, p))
 
@@ -517,8 +518,10 @@ class _WindowsLaunch(_Launch):
             return
         if takes_block_sums(plan, dtype, kind, p, layout.channels):
             _check_block_scratch(label, plan, running)
-            self.kernel, self.count, self.flat = window_blocks.block_sums, layout.outer, False
-            self.arguments = (block_sum_dims(plan, running), tables.axis_inverse, _LEAD_ONES,
+            self.kernel = BLOCK_SUM_KERNELS[plan.rank]
+            self.count, self.flat = layout.outer, False
+            lead = (_LEAD_ONES,) if plan.rank == 1 else ()
+            self.arguments = (block_sum_dims(plan, running), tables.axis_inverse, *lead,
                               mode, term_marker(transform), float(p))
             self.parts = split_parts(self.count, work, threads)
             return
