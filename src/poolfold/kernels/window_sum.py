@@ -1,6 +1,8 @@
 """Sums over pooling windows: the kernels of AveragePool, LpPool and the global pools,
 but for small and medium windows of plain sums, which :mod:`poolfold.kernels.window_rows`
-takes one row of outputs at a time.
+takes one row of outputs at a time, and larger windows over channels-first planes of 1 to 3
+spatial axes and types of at most 4 bytes, which :mod:`poolfold.kernels.window_blocks`
+takes.
 
 A window is a box, so its sum is separable: :func:`window_sums` reduces one spatial axis at
 a time, from the last to the first, each pass reading the previous one's float64 results
