@@ -528,6 +528,33 @@ def fold_taps(typingctx, dst, to, src, starts, first, taps, count, no_nan):
                        no_nan), codegen)
 
 
+def _pair_step(context, builder, signature, args, dtype, combine):
+    """The step of :func:`fold_pair` and :func:`add_pair`, whose arguments start ``(dst, to,
+    first, first_at, second, second_at)``: ``step(i, width)`` stores ``combine(first's
+    vector at first_at + i, second's at second_at + i)`` at ``to + i``, ``width`` lanes."""
+    dst_v, to_v, first_v, first_at_v, second_v, second_at_v = args[:6]
+    i64 = ir.IntType(64)
+    element_type = context.get_data_type(dtype)
+    arrays = [(signature.args[k], v) for k, v in ((0, dst_v), (2, first_v), (4, second_v))]
+    bases = [_pointer(context, builder, t, v) for t, v in arrays]
+    sizes = [context.make_array(t)(context, builder, v).nitems for t, v in arrays]
+
+    def step(i, width):
+        reach = ir.Constant(i64, width - 1)
+        vector_type = ir.VectorType(element_type, width)
+        first_at = builder.add(first_at_v, i)
+        second_at = builder.add(second_at_v, i)
+        to_at = builder.add(to_v, i)
+        _check(context, builder, first_at, builder.add(first_at, reach), sizes[1])
+        _check(context, builder, second_at, builder.add(second_at, reach), sizes[2])
+        _check(context, builder, to_at, builder.add(to_at, reach), sizes[0])
+        held = _load(builder, bases[1], first_at, vector_type)
+        v = _load(builder, bases[2], second_at, vector_type)
+        _store(builder, bases[0], to_at, combine(builder, dtype, held, v))
+
+    return step
+
+
 @intrinsic(prefer_literal=True)
 def fold_pair(typingctx, dst, to, first, first_at, second, second_at, count, no_nan):
     """``dst[to + i]`` = the first maximum of ``first[first_at + i]`` then
@@ -546,27 +573,10 @@ def fold_pair(typingctx, dst, to, first, first_at, second, second_at, count, no_
     combine = _fold_in_no_nan if no_nan.literal_value else _fold_in
 
     def codegen(context, builder, signature, args):
-        dst_v, to_v, first_v, first_at_v, second_v, second_at_v, count_v, _ = args
+        count_v = args[6]
         i64 = ir.IntType(64)
         lanes = _lanes(dtype)
-        element_type = context.get_data_type(dtype)
-        arrays = [(signature.args[k], v) for k, v in ((0, dst_v), (2, first_v), (4, second_v))]
-        bases = [_pointer(context, builder, t, v) for t, v in arrays]
-        sizes = [context.make_array(t)(context, builder, v).nitems for t, v in arrays]
-
-        def step(i, width):
-            reach = ir.Constant(i64, width - 1)
-            vector_type = ir.VectorType(element_type, width)
-            held_at = builder.add(first_at_v, i)
-            v_at = builder.add(second_at_v, i)
-            to_at = builder.add(to_v, i)
-            _check(context, builder, held_at, builder.add(held_at, reach), sizes[1])
-            _check(context, builder, v_at, builder.add(v_at, reach), sizes[2])
-            _check(context, builder, to_at, builder.add(to_at, reach), sizes[0])
-            held = _load(builder, bases[1], held_at, vector_type)
-            v = _load(builder, bases[2], v_at, vector_type)
-            _store(builder, bases[0], to_at, combine(builder, dtype, held, v))
-
+        step = _pair_step(context, builder, signature, args, dtype, combine)
         width = ir.Constant(i64, lanes)
         vectors = builder.sdiv(count_v, width)
         with cgutils.for_range(builder, vectors, intp=i64) as loop:
@@ -592,27 +602,9 @@ def _pair_sums(dtype, whole_vector: bool):
     """The codegen of :func:`add_pair` (``whole_vector``: of :func:`add_vectors`)."""
 
     def codegen(context, builder, signature, args):
-        dst_v, to_v, first_v, first_at_v, second_v, second_at_v = args[:6]
         i64 = ir.IntType(64)
         lanes = _lanes(dtype)
-        element_type = context.get_data_type(dtype)
-        arrays = [(signature.args[k], v) for k, v in ((0, dst_v), (2, first_v), (4, second_v))]
-        bases = [_pointer(context, builder, t, v) for t, v in arrays]
-        sizes = [context.make_array(t)(context, builder, v).nitems for t, v in arrays]
-
-        def step(i, width):
-            reach = ir.Constant(i64, width - 1)
-            vector_type = ir.VectorType(element_type, width)
-            a_at = builder.add(first_at_v, i)
-            b_at = builder.add(second_at_v, i)
-            to_at = builder.add(to_v, i)
-            _check(context, builder, a_at, builder.add(a_at, reach), sizes[1])
-            _check(context, builder, b_at, builder.add(b_at, reach), sizes[2])
-            _check(context, builder, to_at, builder.add(to_at, reach), sizes[0])
-            a = _load(builder, bases[1], a_at, vector_type)
-            b = _load(builder, bases[2], b_at, vector_type)
-            _store(builder, bases[0], to_at, builder.fadd(a, b))
-
+        step = _pair_step(context, builder, signature, args, dtype, _add)
         if whole_vector:
             step(ir.Constant(i64, 0), lanes)
             return context.get_dummy_value()

@@ -287,6 +287,15 @@ def _segment_sizes(k, d, running, padded):
     return starts, min(padded, starts + (k - 1) * d + 1) + SLACK, block
 
 
+@njit
+def _lane_buffers(starts, segment):
+    """The last axis's scratch (see :func:`_last_axis`): a segment's positions in lanes and
+    their prefixes, its outputs' sums in lanes and in rows."""
+    return (np.empty(segment * SLACK, np.float64), np.empty(segment * SLACK, np.float64),
+            np.empty((starts + SLACK) * SLACK, np.float64),
+            np.empty((starts + SLACK) * SLACK, np.float64))
+
+
 @kernel(error_model="numpy")
 def block_sums_1d(x, y, dims, factors, lead_ones, mode, mark, p, start, stop):
     """Pool 1-D rows ``[start, stop)`` of ``x`` (rows, input size) into ``y`` (rows, output
@@ -301,10 +310,7 @@ def block_sums_1d(x, y, dims, factors, lead_ones, mode, mark, p, start, stop):
     starts, segment, block = _segment_sizes(k, d, running, dims[PADDED, 0])
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    lanes = np.empty(segment * SLACK, np.float64)
-    partial = np.empty(segment * SLACK, np.float64)
-    lane_sums = np.empty((starts + SLACK) * SLACK, np.float64)
-    sums = np.empty((starts + SLACK) * SLACK, np.float64)
+    lanes, partial, lane_sums, sums = _lane_buffers(starts, segment)
     rows = np.empty(SLACK * segment + SLACK, np.float64)
     width = vector_width(lanes)
     for r0 in range(start, stop, width):
@@ -338,10 +344,7 @@ def block_sums_2d(x, y, dims, factors, mode, mark, p, start, stop):
     starts, segment, _ = _segment_sizes(k_l, d_l, run_l, len_l)
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    lanes = np.empty(segment * SLACK, np.float64)
-    partial = np.empty(segment * SLACK, np.float64)
-    lane_sums = np.empty((starts + SLACK) * SLACK, np.float64)
-    sums = np.empty((starts + SLACK) * SLACK, np.float64)
+    lanes, partial, lane_sums, sums = _lane_buffers(starts, segment)
     buf = np.empty(len_a * COLUMNS, np.float64)
     part = np.empty(buf.size, np.float64)
     row_sums = np.empty(out_a * len_l + SLACK, np.float64)
@@ -370,10 +373,7 @@ def block_sums_3d(x, y, dims, factors, mode, mark, p, start, stop):
     starts, segment, _ = _segment_sizes(k_l, d_l, run_l, len_l)
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    lanes = np.empty(segment * SLACK, np.float64)
-    partial = np.empty(segment * SLACK, np.float64)
-    lane_sums = np.empty((starts + SLACK) * SLACK, np.float64)
-    sums = np.empty((starts + SLACK) * SLACK, np.float64)
+    lanes, partial, lane_sums, sums = _lane_buffers(starts, segment)
     buf = np.empty(max(len_a, dims[PADDED, 0]) * COLUMNS, np.float64)
     part = np.empty(buf.size, np.float64)
     row_sums = np.empty(out_a * len_l + SLACK, np.float64)
