@@ -1,4 +1,4 @@
-"""Window sums of channels-first planes at a cost that does not grow with the window:
+"""Window sums of channels-first planes at a cost that grows little with the window:
 AveragePool and LpPool of float32, float16 and bfloat16 over windows too large for the row
 sums (:mod:`poolfold.kernels.window_rows`), spatial rank 1 to 3.
 
@@ -42,7 +42,7 @@ depends on it.
 - rank 3: the first axis from X into a float64 plane of its sums, then each of its slices
   as a 2-D plane of float64 terms.
 
-The kernel trusts its tables: :mod:`poolfold.ops.averaging` builds and bounds them.
+The kernels trust their tables: :mod:`poolfold.ops.averaging` builds and bounds them.
 """
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ def takes_block_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float,
 
 
 def block_sum_dims(plan: WindowPlan, running: tuple[bool, ...]) -> np.ndarray:
-    """block_sums's per-axis table (its rows N ... RUNNING)."""
+    """The block sums' per-axis table (window_blocks' rows N ... RUNNING)."""
     dims = np.zeros((window_blocks.DIM_ROWS, plan.rank), np.int64)
     for a in range(plan.rank):
         out, k, s, d = plan.out_shape[a], plan.kernel[a], plan.strides[a], plan.dilations[a]
@@ -201,7 +201,7 @@ def block_sum_dims(plan: WindowPlan, running: tuple[bool, ...]) -> np.ndarray:
 
 
 def _check_block_scratch(label: str, plan: WindowPlan, running: tuple[bool, ...]) -> None:
-    """Bound block_sums's scratch before any work (see the kernel)."""
+    """Bound the block sums' scratch before any work (see window_blocks' kernels)."""
     padded = block_sum_dims(plan, running)[window_blocks.PADDED]
     k, d = plan.kernel[-1], plan.dilations[-1]
     starts = window_blocks.segment_starts(k, d, running[-1])
@@ -566,7 +566,7 @@ def _plane_group(plan: WindowPlan, outers: int) -> int:
     return int(max(1, min(outers, GROUP_ELEMENTS // max(1, math.prod(plan.in_shape)))))
 
 
-# The leading factors of 1-D rows in block_sums: ones, a vector's worth.
+# The leading factors of 1-D rows in block_sums_1d: ones, a vector's worth.
 _LEAD_ONES = np.ones(window_blocks.SLACK, np.float64)
 _LEAD_ONES.flags.writeable = False
 
