@@ -47,6 +47,10 @@ SCRIPT = textwrap.dedent("""
         lambda: poolfold.average_pool(x, [3, 3, 3], pads=[1] * 6, count_include_pad=0),
         lambda: poolfold.average_pool(h, [2, 5, 3], strides=[2, 1, 1]),
         lambda: poolfold.lp_pool(x, [3, 3, 3], p=3),
+        # the block sums (window_blocks), one kernel per spatial rank
+        lambda: poolfold.average_pool(x, [5, 7, 7], pads=[2, 3, 3] * 2),
+        lambda: poolfold.lp_pool(x[:, :, 0], [25, 7], p=2, pads=[6, 0, 6, 0]),
+        lambda: poolfold.average_pool(x[:, :, 0, 0].copy(), [70], pads=[35, 35]),
         lambda: poolfold.global_average_pool(x),
         lambda: poolfold.global_max_pool(h),
         lambda: poolfold.global_lp_pool(x, p=2),
