@@ -6,7 +6,7 @@
 [[5.0, 7.0], [13.0, 15.0]]
 """
 
-import importlib
+from importlib import import_module as _import_module
 
 from .errors import PoolfoldError, PoolfoldTypeError
 from .ops.max_pool import max_pool, max_pool_shape
@@ -29,9 +29,9 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     if name == "nhwc":
-        return importlib.import_module(".nhwc", __name__)
+        return _import_module(".nhwc", __name__)
     if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        value = getattr(_import_module(_LAZY[name], __name__), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
