@@ -287,6 +287,14 @@ def _segment_sizes(k, d, running, padded):
     return starts, min(padded, starts + (k - 1) * d + 1) + SLACK, block
 
 
+@uncounted_helper
+def _axis(dims, a):
+    """Axis ``a``'s row of ``dims``: input and output sizes, kernel, stride, dilation, the
+    padding before the input, the positions a padded row holds, and whether by blocks."""
+    return (dims[N, a], dims[OUT, a], dims[KERNEL, a], dims[STRIDE, a], dims[DILATION, a],
+            dims[PAD_BEGIN, a], dims[PADDED, a], dims[RUNNING, a] == 1)
+
+
 @njit
 def _lane_buffers(starts, segment):
     """The last axis's scratch (see :func:`_last_axis`): a segment's positions in lanes and
@@ -304,10 +312,8 @@ def block_sums_1d(x, y, dims, factors, lead_ones, mode, mark, p, start, stop):
     divisor's inverse), ROOT takes its p-th root.  ``mark`` selects the term of each element
     (poolfold.kernels.window_sum); ``dims`` see the module's rows; ``lead_ones``: ones, a
     vector's worth at least."""
-    n, out, k = dims[N, 0], dims[OUT, 0], dims[KERNEL, 0]
-    s, d, running = dims[STRIDE, 0], dims[DILATION, 0], dims[RUNNING, 0] == 1
-    pad = dims[PAD_BEGIN, 0]
-    starts, segment, block = _segment_sizes(k, d, running, dims[PADDED, 0])
+    n, out, k, s, d, pad, padded, running = _axis(dims, 0)
+    starts, segment, block = _segment_sizes(k, d, running, padded)
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
     lanes, partial, lane_sums, sums = _lane_buffers(starts, segment)
@@ -335,12 +341,8 @@ def block_sums_2d(x, y, dims, factors, mode, mark, p, start, stop):
     output size): the first axis into rows at the last axis's padded pitch, then the last
     axis; AVERAGE multiplies each window's sum by ``factors[0, o0] * factors[1, o1]``.  See
     :func:`block_sums_1d` for the rest."""
-    n_a, out_a, k_a = dims[N, 0], dims[OUT, 0], dims[KERNEL, 0]
-    s_a, d_a, run_a = dims[STRIDE, 0], dims[DILATION, 0], dims[RUNNING, 0] == 1
-    pad_a, len_a = dims[PAD_BEGIN, 0], dims[PADDED, 0]
-    n_l, out_l, k_l = dims[N, 1], dims[OUT, 1], dims[KERNEL, 1]
-    s_l, d_l, run_l = dims[STRIDE, 1], dims[DILATION, 1], dims[RUNNING, 1] == 1
-    pad_l, len_l = dims[PAD_BEGIN, 1], dims[PADDED, 1]
+    n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a = _axis(dims, 0)
+    n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l = _axis(dims, 1)
     starts, segment, _ = _segment_sizes(k_l, d_l, run_l, len_l)
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
@@ -363,18 +365,14 @@ def block_sums_3d(x, y, dims, factors, mode, mark, p, start, stop):
     plane of its sums, then each of its slices as :func:`block_sums_2d` pools a plane of
     float64 terms; AVERAGE multiplies each window's sum by the product of its axes'
     ``factors[axis, o]``."""
-    n_0, out_0, k_0 = dims[N, 0], dims[OUT, 0], dims[KERNEL, 0]
-    n_a, out_a, k_a = dims[N, 1], dims[OUT, 1], dims[KERNEL, 1]
-    s_a, d_a, run_a = dims[STRIDE, 1], dims[DILATION, 1], dims[RUNNING, 1] == 1
-    pad_a, len_a = dims[PAD_BEGIN, 1], dims[PADDED, 1]
-    n_l, out_l, k_l = dims[N, 2], dims[OUT, 2], dims[KERNEL, 2]
-    s_l, d_l, run_l = dims[STRIDE, 2], dims[DILATION, 2], dims[RUNNING, 2] == 1
-    pad_l, len_l = dims[PAD_BEGIN, 2], dims[PADDED, 2]
+    n_0, out_0, k_0, s_0, d_0, pad_0, len_0, run_0 = _axis(dims, 0)
+    n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a = _axis(dims, 1)
+    n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l = _axis(dims, 2)
     starts, segment, _ = _segment_sizes(k_l, d_l, run_l, len_l)
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
     lanes, partial, lane_sums, sums = _lane_buffers(starts, segment)
-    buf = np.empty(max(len_a, dims[PADDED, 0]) * COLUMNS, np.float64)
+    buf = np.empty(max(len_a, len_0) * COLUMNS, np.float64)
     part = np.empty(buf.size, np.float64)
     row_sums = np.empty(out_a * len_l + SLACK, np.float64)
     lead = np.empty(out_a, np.float64)
@@ -383,8 +381,7 @@ def block_sums_3d(x, y, dims, factors, mode, mark, p, start, stop):
     for plane in range(start, stop):
         y_at = plane * y.shape[1]
         _leading_axis(sums0, 0, slice_in, x_flat, plane * x.shape[1], n_0, slice_in, slice_in,
-                      out_0, k_0, dims[STRIDE, 0], dims[DILATION, 0], dims[PAD_BEGIN, 0],
-                      dims[PADDED, 0], dims[RUNNING, 0] == 1, buf, part, mark, p)
+                      out_0, k_0, s_0, d_0, pad_0, len_0, run_0, buf, part, mark, p)
         for o0 in range(out_0):
             for o in range(out_a):
                 lead[o] = factors[0, o0] * factors[1, o]
