@@ -78,11 +78,21 @@ def padded_length(out: int, k: int, s: int, d: int) -> int:
     return (out - 1) * s + (k - 1) * d + 1
 
 
-def segment_starts(k: int, d: int, running: bool) -> int:
-    """Window starts per segment of the last axis: a multiple of the blocks' span ``k * d``
-    where the axis is summed by blocks (each segment's blocks are then the row's)."""
+# Entries of ``segments``, the last axis's segmentation (:func:`segments`).
+STARTS, POSITIONS, BLOCK = range(3)
+
+
+def segments(k: int, d: int, running: bool, padded: int) -> np.ndarray:
+    """The last axis's segments, for the kernels (``segments``) and the op layer's scratch
+    bound: STARTS, the window starts a segment holds (a multiple of the blocks' span ``k *
+    d`` where the axis is summed by blocks, so that each segment's blocks are the row's);
+    POSITIONS, the positions a segment spans, with a vector's worth of slack; BLOCK, the
+    blocks' span (1 window by window)."""
     block = k * d if running else 1
-    return max(block, SEGMENT // block * block)
+    starts = max(block, SEGMENT // block * block)
+    table = np.array([starts, min(padded, starts + (k - 1) * d + 1) + SLACK, block], np.int64)
+    table.flags.writeable = False
+    return table
 
 
 @njit(inline="always")
@@ -245,24 +255,20 @@ def _store(y, y_at, y_pitch, sums, pitch, rows, count, lead, lead_at, factors, f
 
 @uncounted_helper
 def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, running,
-               lanes, partial, lane_sums, sums, lead, lead_at, factors, factors_at, mode, p):
+               starts, block, lanes, partial, lane_sums, sums, lead, lead_at, factors,
+               factors_at, mode, p):
     """Sum, scale and store the last axis of ``rows`` rows of padded terms (``src`` from
     ``src_at``, rows ``pitch`` apart, read up to a vector past the last row's end; position
     0 a block's start): output o's window from position ``shift + o * s``.  A vector's worth
-    of rows at a time, transposed into lanes a segment at a time (see the module's
-    docstring); Y's rows from ``y_at``, ``y_pitch`` apart."""
+    of rows at a time, transposed into lanes a segment at a time (``starts`` window starts
+    from a multiple of ``block``: see :func:`segments`); Y's rows from ``y_at``, ``y_pitch``
+    apart."""
     width = vector_width(lanes)
-    reach = (k - 1) * d
-    block = k * d if running else 1
-    starts = max(block, SEGMENT // block * block)
     for g0 in range(0, rows, width):
         loads = min(width, rows - g0)
         o_a = 0
         while o_a < out:
-            # the segment's first position: a block's start
-            p0 = (shift + o_a * s) // block * block
-            o_b = min(out, max(o_a + 1, (p0 + starts - shift + s - 1) // s))
-            length = shift + (o_b - 1) * s + reach + 1 - p0
+            p0, o_b, length = _segment(o_a, shift, out, k, s, d, starts, block)
             for j0 in range(0, length, width):
                 transpose_tile(lanes, j0 * width, width, min(width, length - j0), src,
                                src_at + g0 * pitch + p0 + j0, pitch, loads)
@@ -279,12 +285,13 @@ def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, 
 
 
 @uncounted_helper
-def _segment_sizes(k, d, running, padded):
-    """The last axis's segments: window starts per segment, positions per segment (with a
-    vector's worth of slack), and the blocks' span."""
-    block = k * d if running else 1
-    starts = max(block, SEGMENT // block * block)
-    return starts, min(padded, starts + (k - 1) * d + 1) + SLACK, block
+def _segment(o_a, shift, out, k, s, d, starts, block):
+    """The segment of the last axis from output ``o_a`` on (output o's window from position
+    ``shift + o * s``): its first position (a block's start), the output after its last, and
+    the positions it spans."""
+    p0 = (shift + o_a * s) // block * block
+    o_b = min(out, max(o_a + 1, (p0 + starts - shift + s - 1) // s))
+    return p0, o_b, shift + (o_b - 1) * s + (k - 1) * d + 1 - p0
 
 
 @uncounted_helper
@@ -305,45 +312,44 @@ def _lane_buffers(starts, segment):
 
 
 @kernel(error_model="numpy")
-def block_sums_1d(x, y, dims, factors, lead_ones, mode, mark, p, start, stop):
+def block_sums_1d(x, y, dims, segments, factors, mode, mark, p, start, stop):
     """Pool 1-D rows ``[start, stop)`` of ``x`` (rows, input size) into ``y`` (rows, output
     size, Y's element type), a vector's worth of rows at a time, staged with their padding a
     segment at a time: AVERAGE multiplies each window's sum by ``factors[0, o]`` (the
     divisor's inverse), ROOT takes its p-th root.  ``mark`` selects the term of each element
-    (poolfold.kernels.window_sum); ``dims`` see the module's rows; ``lead_ones``: ones, a
-    vector's worth at least."""
-    n, out, k, s, d, pad, padded, running = _axis(dims, 0)
-    starts, segment, block = _segment_sizes(k, d, running, padded)
+    (poolfold.kernels.window_sum); ``dims`` see the module's rows; ``segments``, the
+    segmentation of the rows (:func:`segments`)."""
+    n, out, k, s, d, pad, _, running = _axis(dims, 0)
+    starts, segment, block = segments[STARTS], segments[POSITIONS], segments[BLOCK]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
     lanes, partial, lane_sums, sums = _lane_buffers(starts, segment)
     rows = np.empty(SLACK * segment + SLACK, np.float64)
+    ones = np.ones(SLACK, np.float64)  # the rows' leading factors
     width = vector_width(lanes)
     for r0 in range(start, stop, width):
         count = min(width, stop - r0)
         o_a = 0
         while o_a < out:
-            q0 = (o_a * s) // block * block  # a block's start
-            o_b = min(out, max(o_a + 1, (q0 + starts + s - 1) // s))
-            length = (o_b - 1) * s + (k - 1) * d + 1 - q0
+            q0, o_b, length = _segment(o_a, 0, out, k, s, d, starts, block)
             for r in range(count):
                 _stage(rows, r * segment, x_flat, (r0 + r) * n, n, 1, 0, 1, pad - q0, length,
                        mark, p)
             _last_axis(y_flat, r0 * out + o_a, out, rows, 0, segment, count, o_a * s - q0,
-                       o_b - o_a, k, s, d, running, lanes, partial, lane_sums, sums,
-                       lead_ones, 0, factors[0], o_a, mode, p)
+                       o_b - o_a, k, s, d, running, starts, block, lanes, partial, lane_sums,
+                       sums, ones, 0, factors[0], o_a, mode, p)
             o_a = o_b
 
 
 @kernel(error_model="numpy")
-def block_sums_2d(x, y, dims, factors, mode, mark, p, start, stop):
+def block_sums_2d(x, y, dims, segments, factors, mode, mark, p, start, stop):
     """Pool 2-D planes ``[start, stop)`` of ``x`` (planes, input size) into ``y`` (planes,
     output size): the first axis into rows at the last axis's padded pitch, then the last
     axis; AVERAGE multiplies each window's sum by ``factors[0, o0] * factors[1, o1]``.  See
     :func:`block_sums_1d` for the rest."""
     n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a = _axis(dims, 0)
     n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l = _axis(dims, 1)
-    starts, segment, _ = _segment_sizes(k_l, d_l, run_l, len_l)
+    starts, segment, block = segments[STARTS], segments[POSITIONS], segments[BLOCK]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
     lanes, partial, lane_sums, sums = _lane_buffers(starts, segment)
@@ -355,12 +361,12 @@ def block_sums_2d(x, y, dims, factors, mode, mark, p, start, stop):
         _rows_of_slice(row_sums, x_flat, plane * x.shape[1], n_a, n_l, out_a, k_a, s_a, d_a,
                        pad_a, len_a, run_a, pad_l, len_l, buf, part, mark, p)
         _last_axis(y_flat, plane * y.shape[1], out_l, row_sums, 0, len_l, out_a, 0, out_l,
-                   k_l, s_l, d_l, run_l, lanes, partial, lane_sums, sums, lead, 0, factors[1],
-                   0, mode, p)
+                   k_l, s_l, d_l, run_l, starts, block, lanes, partial, lane_sums, sums, lead,
+                   0, factors[1], 0, mode, p)
 
 
 @kernel(error_model="numpy")
-def block_sums_3d(x, y, dims, factors, mode, mark, p, start, stop):
+def block_sums_3d(x, y, dims, segments, factors, mode, mark, p, start, stop):
     """Pool 3-D planes ``[start, stop)`` of ``x`` into ``y``: the first axis into a float64
     plane of its sums, then each of its slices as :func:`block_sums_2d` pools a plane of
     float64 terms; AVERAGE multiplies each window's sum by the product of its axes'
@@ -368,7 +374,7 @@ def block_sums_3d(x, y, dims, factors, mode, mark, p, start, stop):
     n_0, out_0, k_0, s_0, d_0, pad_0, len_0, run_0 = _axis(dims, 0)
     n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a = _axis(dims, 1)
     n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l = _axis(dims, 2)
-    starts, segment, _ = _segment_sizes(k_l, d_l, run_l, len_l)
+    starts, segment, block = segments[STARTS], segments[POSITIONS], segments[BLOCK]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
     lanes, partial, lane_sums, sums = _lane_buffers(starts, segment)
@@ -388,8 +394,8 @@ def block_sums_3d(x, y, dims, factors, mode, mark, p, start, stop):
             _rows_of_slice(row_sums, sums0, o0 * slice_in, n_a, n_l, out_a, k_a, s_a, d_a,
                            pad_a, len_a, run_a, pad_l, len_l, buf, part, _SUMS, p)
             _last_axis(y_flat, y_at + o0 * out_a * out_l, out_l, row_sums, 0, len_l, out_a, 0,
-                       out_l, k_l, s_l, d_l, run_l, lanes, partial, lane_sums, sums, lead, 0,
-                       factors[2], 0, mode, p)
+                       out_l, k_l, s_l, d_l, run_l, starts, block, lanes, partial, lane_sums,
+                       sums, lead, 0, factors[2], 0, mode, p)
 
 
 # The term marker of sums already taken (window_sum's VALUE: each element as it is).

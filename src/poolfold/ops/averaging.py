@@ -200,20 +200,26 @@ def block_sum_dims(plan: WindowPlan, running: tuple[bool, ...]) -> np.ndarray:
     return dims
 
 
-def _check_block_scratch(label: str, plan: WindowPlan, running: tuple[bool, ...]) -> None:
-    """Bound the block sums' scratch before any work (see window_blocks' kernels)."""
+def block_sum_segments(plan: WindowPlan, running: tuple[bool, ...]) -> np.ndarray:
+    """The block sums' segmentation of the last axis (window_blocks.segments)."""
+    out, k, s, d = plan.out_shape[-1], plan.kernel[-1], plan.strides[-1], plan.dilations[-1]
+    return window_blocks.segments(k, d, running[-1], window_blocks.padded_length(out, k, s, d))
+
+
+def _check_block_scratch(label: str, plan: WindowPlan, running: tuple[bool, ...],
+                         segments: np.ndarray) -> None:
+    """Bound the block sums' scratch before any work (what window_blocks' kernels allocate,
+    from ``segments``)."""
     padded = block_sum_dims(plan, running)[window_blocks.PADDED]
-    k, d = plan.kernel[-1], plan.dilations[-1]
-    starts = window_blocks.segment_starts(k, d, running[-1])
     slack = window_blocks.SLACK
-    segment = min(int(padded[-1]), starts + (k - 1) * d + 1) + slack
-    need = 3 * segment * slack + 2 * (starts + slack) * slack
+    starts, positions = segments[window_blocks.STARTS], segments[window_blocks.POSITIONS]
+    need = 3 * positions * slack + 2 * (starts + slack) * slack + slack
     if plan.rank > 1:
         need += (2 * int(padded.max()) * window_blocks.COLUMNS
-                 + plan.out_shape[-2] * int(padded[-1]) + window_blocks.SLACK)
+                 + plan.out_shape[-2] * int(padded[-1]) + slack)
     if plan.rank == 3:
         need += plan.out_shape[0] * plan.in_shape[1] * plan.in_shape[2]
-    check_table(label, "the block sums' scratch", (need,), np.float64)
+    check_table(label, "the block sums' scratch", (int(need),), np.float64)
 
 
 def takes_position_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float) -> bool:
@@ -517,11 +523,11 @@ class _WindowsLaunch(_Launch):
             self.parts = split_parts(rows, work, threads)
             return
         if takes_block_sums(plan, dtype, kind, p, layout.channels):
-            _check_block_scratch(label, plan, running)
+            segments = block_sum_segments(plan, running)
+            _check_block_scratch(label, plan, running, segments)
             self.kernel = BLOCK_SUM_KERNELS[plan.rank]
             self.count, self.flat = layout.outer, False
-            lead = (_LEAD_ONES,) if plan.rank == 1 else ()
-            self.arguments = (block_sum_dims(plan, running), tables.axis_inverse, *lead,
+            self.arguments = (block_sum_dims(plan, running), segments, tables.axis_inverse,
                               mode, term_marker(transform), float(p))
             self.parts = split_parts(self.count, work, threads)
             return
@@ -565,10 +571,6 @@ GROUP_ELEMENTS = 16384
 def _plane_group(plan: WindowPlan, outers: int) -> int:
     return int(max(1, min(outers, GROUP_ELEMENTS // max(1, math.prod(plan.in_shape)))))
 
-
-# The leading factors of 1-D rows in block_sums_1d: ones, a vector's worth.
-_LEAD_ONES = np.ones(window_blocks.SLACK, np.float64)
-_LEAD_ONES.flags.writeable = False
 
 # The marker that asks window_sums to compensate its sums (float64 inputs).
 _COMPENSATE = np.empty(0, np.float64)
