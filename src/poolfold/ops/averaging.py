@@ -274,12 +274,14 @@ def running_sum_axes(plan: WindowPlan, dtype: np.dtype, kind: str, p: float = 2.
     taps, a running-sum pass's result depends on where its rows start, and a non-finite
     value anywhere in a row turns the whole row to direct adds: poolfold.dask keeps such
     axes whole.  ``one_channel``: one element per position (channels-first, or one
-    channel), whose last axis's rows are single elements."""
+    channel), whose last axis's rows are single elements in the separable passes; the block
+    sums take the last axis in lanes, vectors as a leading axis's rows are."""
     if (np.dtype(dtype).itemsize == 8 or is_scaled(kind, dtype, p)
             or takes_row_sums(plan, dtype, kind, p)):
         return (False,) * plan.rank
     last = plan.rank - 1
-    return tuple(uses_running_sums(n, out, k, single=a == last and one_channel)
+    single = one_channel and not takes_block_sums(plan, dtype, kind, p, 1)
+    return tuple(uses_running_sums(n, out, k, single=a == last and single)
                  for a, (n, out, k) in enumerate(zip(plan.in_shape, plan.out_shape,
                                                      plan.kernel)))
 
