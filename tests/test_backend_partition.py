@@ -59,7 +59,7 @@ def _weight(rng, shape, name):
 def test_bundled_model_split_and_matches_both_paths():
     model = onnx.load(str(models.path()))
     x = np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32)
-    got, want, rep = _both(model, {"image": x})
+    got, want, rep = _both(model, {"image": x}, one_session=False)
     # Each Shape joins the stretch before the MaxPool: four sessions, five poolfold nodes.
     assert _runners(rep) == [
         ("onnxruntime", ["Conv", "Relu", "Shape"]), ("poolfold", ["MaxPool"]),
@@ -330,7 +330,8 @@ def test_graph_outputs_that_are_inputs_or_initializers_and_dead_nodes():
 def test_session_options_pass_through():
     model = onnx.load(str(models.path()))
     rep = poolfold.backend.prepare(model, intra_op_num_threads=1, inter_op_num_threads=1,
-                                   providers=["CPUExecutionProvider"])
+                                   providers=["CPUExecutionProvider"],
+                                   one_session=False)
     sessions = [step.session for step in rep.steps if step.runner == "onnxruntime"]
     assert len(sessions) == 4
     for session in sessions:
@@ -343,7 +344,7 @@ def test_session_options_pass_through():
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    rep = poolfold.backend.prepare(model, session_options=options)
+    rep = poolfold.backend.prepare(model, session_options=options, one_session=False)
     for step in rep.steps:
         if step.runner == "onnxruntime":
             given = step.session.get_session_options()
@@ -525,7 +526,7 @@ def test_poolfold_threads_are_parked_before_each_stretch(monkeypatch):
     from poolfold.bench import models as backend_bench
 
     model, feeds = backend_bench.pool4d_model()
-    rep = poolfold.backend.prepare(model)
+    rep = poolfold.backend.prepare(model, one_session=False)
     parked = []
     monkeypatch.setattr(poolfold.backend, "park_spinning_threads", lambda: parked.append(1))
     rep.run(feeds)
@@ -536,7 +537,7 @@ def test_pool4d_model_against_the_oracle():
     from poolfold.bench import models as backend_bench
 
     model, feeds = backend_bench.pool4d_model()
-    rep = poolfold.backend.prepare(model)
+    rep = poolfold.backend.prepare(model, one_session=False)
     assert _runners(rep) == [("onnxruntime", ["Conv", "Reshape"]), ("poolfold", ["MaxPool"]),
                              ("onnxruntime", ["Reshape", "Relu", "Conv"])]
     values = {**rep.constants, **feeds}
@@ -677,7 +678,7 @@ def test_intermediates_are_freed_after_their_last_reader():
     """run keeps only what later steps or the outputs need: on the bundled model, enc1_act goes
     once its last reader (the first MaxPool) has run; the outputs stay."""
     model = onnx.load(str(models.path()))
-    rep = poolfold.backend.prepare(model)
+    rep = poolfold.backend.prepare(model, one_session=False)
     x = np.random.default_rng(29).standard_normal((1, 3, 64, 64)).astype(np.float32)
     held = []
     for step in rep.steps:
@@ -726,7 +727,7 @@ def test_constant_nodes_fold_into_the_stretch_that_reads_them():
     folds it into a constant (a Conv's bias it can prepack), not as an input from the
     stretch before the MaxPool."""
     model, feeds = _conv_pool_conv(bias_through_identity=True)
-    rep = poolfold.backend.prepare(model)
+    rep = poolfold.backend.prepare(model, one_session=False)
     assert _runners(rep) == [("onnxruntime", ["Conv"]), ("poolfold", ["MaxPool"]),
                              ("onnxruntime", ["Identity", "Conv"])]
     after = rep.steps[-1]
@@ -739,16 +740,18 @@ def test_constant_nodes_fold_into_the_stretch_that_reads_them():
 def test_stretches_are_told_the_shapes_they_are_fed():
     """The stretch after a MaxPool sees its input's exact shape, from poolfold's geometry."""
     model, feeds = _conv_pool_conv()
-    rep = poolfold.backend.prepare(model)
+    rep = poolfold.backend.prepare(model, one_session=False)
     (given,) = rep.steps[-1].session.get_inputs()
     assert given.shape == [1, 8, 8, 8]
 
 
-def test_a_feed_of_another_shape_than_declared_still_runs():
+@pytest.mark.parametrize("one_session", [True, False])
+def test_a_feed_of_another_shape_than_declared_still_runs(one_session):
     """Declared shapes are a hint: a model fed other shapes runs as before (its session built
     again without them)."""
     model, _ = _conv_pool_conv()
-    rep = poolfold.backend.prepare(model)
+    rep = poolfold.backend.prepare(model, one_session=one_session)
+    assert rep.one_session == one_session
     x = np.random.default_rng(8).standard_normal((2, 3, 12, 12)).astype(np.float32)
     (y,) = rep.run({"x": x})
     want = poolfold.backend.prepare(model, other_ops="reference").run({"x": x})[0]
@@ -787,7 +790,7 @@ def test_one_session_alone_keeps_onnxruntime_spinning():
     assert [s.runner for s in alone.steps] == ["onnxruntime"]
     with pytest.raises(RuntimeError):  # not set: onnxruntime's default
         alone.steps[0].session.get_session_options().get_session_config_entry(spinning)
-    split = poolfold.backend.prepare(model)
+    split = poolfold.backend.prepare(model, one_session=False)
     for step in split.steps:
         if step.runner == "onnxruntime":
             assert step.session.get_session_options().get_session_config_entry(spinning) == "1"

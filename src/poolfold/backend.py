@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -28,7 +28,7 @@ from onnx import TensorProto, helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 from onnx.reference import ReferenceEvaluator
 
-from . import nodes, partition, placement, reference, schema
+from . import nodes, partition, placement, reference, schema, session_ops
 from .errors import PoolfoldError, PoolfoldTypeError
 from .kernels.threads import park_spinning_threads
 
@@ -70,7 +70,8 @@ class PoolfoldRep(BackendRep):
 
     def __init__(self, model: onnx.ModelProto, inferred_shape_indices: bool = False,
                  other_ops: str = REFERENCE, session: dict | None = None,
-                 poolfold_nodes: str = placement.ALL, folder: str | None = None):
+                 poolfold_nodes: str = placement.ALL, folder: str | None = None,
+                 one_session: bool = True):
         self.model = model
         self.other_ops = other_ops
         self.poolfold_nodes = poolfold_nodes
@@ -85,17 +86,22 @@ class PoolfoldRep(BackendRep):
                 onnx.external_data_helper.load_external_data_for_model(model, folder or "")
             self._session = _reference_evaluator(model, model.graph.node, self._ops)
             self.steps = [_WholeModel(list(model.graph.node), self._session)]
+            self.one_session = False
             return
-        self._session = None
         self._weights = _Weights(model, folder)  # the sessions read them: kept as long
-        self.steps = _build_steps(model, inferred_shape_indices, self._ops, session or {},
-                                  self.constants, self._weights, poolfold_nodes)
+        self.steps, self._session = _build_steps(
+            model, inferred_shape_indices, self._ops, session or {}, self.constants,
+            self._weights, poolfold_nodes, one_session)
+        self.one_session = self._session is not None
         self._released = _last_reads(self.steps, set(self.output_names))
 
     def describe(self) -> str:
         """What runs where, one line per step: the runner, its nodes, and for each node of
         poolfold's ops the reason it runs on poolfold or that it is left to onnxruntime."""
         lines = []
+        if self.one_session:
+            lines.append("one onnxruntime session runs the model; poolfold's nodes run inside "
+                         "it, called back as custom ops:")
         for number, step in enumerate(self.steps, 1):
             if step.runner == "poolfold":
                 lines.append(f"{number}. poolfold: {partition.describe(step.nodes[0])}: "
@@ -140,16 +146,18 @@ class PoolfoldRep(BackendRep):
             raise
 
     def _run(self, feeds: dict) -> tuple[Any, ...]:
-        if self._session is not None:
+        if self._session is not None and not self.one_session:
             return self._outputs(*self._session.run(None, feeds))
         missing = [name for name in self.input_names if name not in feeds]
         if missing:
             raise PoolfoldError(f"missing input(s) {', '.join(missing)}")
+        # onnxruntime takes arrays, not numpy's scalars (the reference evaluator takes both)
+        feeds = {name: np.asarray(value) if isinstance(value, (np.generic, int, float))
+                 else value for name, value in feeds.items()}
+        if self.one_session:
+            return self._outputs(*self._session.run(None, feeds))
         values = dict(self.constants)
-        for name, value in feeds.items():
-            # onnxruntime takes arrays, not numpy's scalars (the reference evaluator takes both)
-            values[name] = np.asarray(value) if isinstance(value, (np.generic, int, float)) \
-                else value
+        values.update(feeds)
         for step, released in zip(self.steps, self._released):
             step.run(values)
             for name in released:  # an intermediate no later step reads: free it now
@@ -193,10 +201,15 @@ class _PoolfoldStep:
         self._run = nodes.bind(domain, node.op_type, opset, nodes.attributes_of(node),
                                node.output, inferred_shape_indices,
                                input_count=len(node.input))
+        self.output_names = schema.resolve(node.op_type, opset, domain).outputs
         self._inputs = list(node.input)
         self._outputs = list(node.output)  # "" for an omitted output, which is not kept
         self.reads = [name for name in node.input if name]
         self.writes = [name for name in node.output if name]
+
+    def call(self, inputs: Sequence) -> list:
+        """The node's outputs for its inputs (None for an omitted one)."""
+        return self._run(inputs)
 
     def run(self, values: dict) -> None:
         results = self._run([values[name] if name else None for name in self._inputs])
@@ -556,32 +569,10 @@ class _Sessions:
                 return None, f"its input '{name}' is {unusable}, which numpy cannot hand over"
         options, providers, provider_options = _session_options(self._given,
                                                                  self._between_kernels)
-        initializers, shared, in_file = [], [], False
-        for name in step.constants:
-            if name not in self._weights:
-                continue  # a sparse initializer, which the stretch's model carries
-            if self._share_weights and self._weights.in_file(name):
-                initializers.append(self._weights.reference(name))
-                in_file = True
-            elif self._share_weights and self._weights.by_reference(name):
-                initializers.append(self._weights.stub(name))
-                shared.append(name)
-            else:
-                initializers.append(self._weights.tensor(name))
-        if in_file:
-            # onnxruntime maps the external-data file itself, as for the model's own path
-            # (vgg11's one session: 1.3 s, as from the path; 1.85 s with the mapped arrays
-            # handed over by reference).
-            options.add_session_config_entry(
-                "session.model_external_initializers_file_folder_path", self._weights.folder)
+        initializers, shared = self._initializers(step.constants, options)
         stretch = _stretch_model(self._model, step, types, initializers, shapes)
         try:
-            if shared:
-                options.add_external_initializers(
-                    shared, [self._weights.ort_value(name) for name in shared])
-            session = self._onnxruntime.InferenceSession(
-                stretch.SerializeToString(), sess_options=options,
-                providers=providers, provider_options=provider_options)
+            session = self._session(stretch, options, shared, providers, provider_options)
         except Exception as error:  # onnxruntime's errors are not one family
             return None, _first_line(error)
         wanted = set(step.outputs)
@@ -597,6 +588,70 @@ class _Sessions:
                 shapes.setdefault(output.name, tuple(
                     n if isinstance(n, (int, str)) else None for n in output.shape))
         return session, None
+
+    def _initializers(self, names, options) -> tuple[list[onnx.TensorProto], list[str]]:
+        """The initializers ``names`` as a session's model carries them, and those of them
+        handed over by reference (see :class:`_Weights`); tells ``options`` where the
+        model's external-data file is when one of them stays in it."""
+        initializers, shared, in_file = [], [], False
+        for name in names:
+            if name not in self._weights:
+                continue  # a sparse initializer, which the session's model carries
+            if self._share_weights and self._weights.in_file(name):
+                initializers.append(self._weights.reference(name))
+                in_file = True
+            elif self._share_weights and self._weights.by_reference(name):
+                initializers.append(self._weights.stub(name))
+                shared.append(name)
+            else:
+                initializers.append(self._weights.tensor(name))
+        if in_file:
+            # onnxruntime maps the external-data file itself, as for the model's own path
+            # (vgg11's one session: 1.3 s, as from the path; 1.85 s with the mapped arrays
+            # handed over by reference).
+            options.add_session_config_entry(
+                "session.model_external_initializers_file_folder_path", self._weights.folder)
+        return initializers, shared
+
+    def _session(self, model: onnx.ModelProto, options, shared: list[str], providers,
+                 provider_options):
+        if shared:
+            options.add_external_initializers(
+                shared, [self._weights.ort_value(name) for name in shared])
+        return self._onnxruntime.InferenceSession(
+            model.SerializeToString(), sess_options=options, providers=providers,
+            provider_options=provider_options)
+
+    def whole(self, graph_nodes: list[onnx.NodeProto], declared: session_ops.Declared,
+              shaped: bool = True):
+        """One session of the whole model, ``graph_nodes`` standing for its nodes, with the
+        custom ops ``declared`` registered: (session, None), or (None, why not).  Not
+        ``shaped``: its inputs' shapes are left out."""
+        options, providers, provider_options = _session_options(self._given,
+                                                                 between_kernels=False)
+        if self._given.get("session_options") is None:
+            # a node's error is raised as poolfold's own; onnxruntime need not log it too
+            options.log_severity_level = 4
+        graph = self._model.graph
+        initializers, shared = self._initializers([t.name for t in graph.initializer], options)
+        inputs = list(graph.input)
+        if not shaped:
+            constants = {t.name for t in graph.initializer}
+            inputs = [helper.make_value_info(v.name, partition.without_shape(v.type))
+                      if v.name not in constants else v for v in inputs]
+        whole = helper.make_graph(graph_nodes, graph.name, inputs, graph.output,
+                                  initializers, value_info=graph.value_info,
+                                  sparse_initializer=graph.sparse_initializer)
+        model = helper.make_model(
+            whole, opset_imports=[*self._model.opset_import,
+                                  helper.make_opsetid(declared.domain, 1)],
+            functions=self._model.functions)
+        model.ir_version = self._model.ir_version
+        try:
+            declared.register(options)
+            return self._session(model, options, shared, providers, provider_options), None
+        except Exception as error:  # onnxruntime's errors are not one family
+            return None, _first_line(error)
 
     def reference(self, step: partition.Step, types: dict) -> ReferenceEvaluator:
         initializers = [self._weights.tensor(name) for name in step.constants
@@ -620,14 +675,21 @@ def _warn_refused(refused: list[str], stacklevel: int) -> None:
 
 def _build_steps(model: onnx.ModelProto, inferred_shape_indices: bool, ops,
                  options: Mapping[str, Any], constants: dict, weights: _Weights,
-                 poolfold_nodes: str) -> list:
+                 poolfold_nodes: str, one_session: bool) -> tuple[list, Any]:
+    """The steps, and the one session that runs them all when poolfold's nodes run inside
+    it (else None: each stretch has its own)."""
     opsets = _opsets(model)
     types, inferred_shapes = partition.known_types(model)
     where = placement.Placement(poolfold_nodes, opsets, types, inferred_shapes,
                                 _small_constants(model, weights), inferred_shape_indices)
     plan = partition.plan(model.graph, model.functions, where.on_poolfold)
-    sessions = _Sessions(model, options, ops, weights,
-                         between_kernels=any(s.kind != partition.OTHER for s in plan))
+    split = any(s.kind != partition.OTHER for s in plan)
+    sessions = _Sessions(model, options, ops, weights, between_kernels=split)
+    if split and one_session:
+        steps, session = _one_session(model, plan, where, opsets, dict(types), sessions,
+                                      inferred_shape_indices)
+        if session is not None:
+            return steps, session
     # Shapes a session may be told: exact ones only (see _StretchStep), from the graph's
     # declared inputs on.
     shapes: dict[str, partition.Shape] = {}
@@ -652,7 +714,100 @@ def _build_steps(model: onnx.ModelProto, inferred_shape_indices: bool, ops,
         if name in weights:
             constants[name] = weights.array(name)
     _warn_refused(refused, stacklevel=5)
-    return steps
+    return steps, None
+
+
+def _one_session(model: onnx.ModelProto, plan: list[partition.Step],
+                 where: placement.Placement, opsets: Mapping[str, int], types: dict,
+                 sessions: _Sessions, inferred_shape_indices: bool) -> tuple[list, Any]:
+    """The model as one onnxruntime session in which poolfold's nodes are custom ops
+    (:mod:`poolfold.session_ops`), and the plan's steps, each stretch's ``session`` that
+    one; (None, None) where it cannot be: no library, a node inside a subgraph or local
+    function, a type not known before the run, or a session onnxruntime refuses."""
+    if any(step.kind == partition.NESTED for step in plan):
+        return None, None
+    graph = model.graph
+    if any(_unexchangeable(types.get(value.name)) for value in [*graph.input, *graph.output]):
+        return None, None  # numpy cannot feed or take it (bfloat16): poolfold's nodes can
+    lib, _ = session_ops.library()
+    if lib is None:
+        return None, None
+    declared = session_ops.Declared(lib)
+    steps: list = []
+    replaced: dict[int, onnx.NodeProto] = {}  # id of a node of the graph -> its custom op
+    for step in plan:
+        if step.kind != partition.POOLFOLD:
+            steps.append(_SessionPart(step))
+            continue
+        node = step.nodes[0]
+        poolfold_step = _PoolfoldStep(node, opsets, inferred_shape_indices, where.reason(node))
+        partition.poolfold_output_types(node, types)
+        element = {}
+        for name in [*node.input, *node.output]:
+            given = types.get(name)
+            if name and (given is None or given.WhichOneof("value") != "tensor_type"):
+                return None, None  # typed only by the run: the split route types its feeds
+            if name:
+                element[name] = given.tensor_type.elem_type
+        op = declared.add(poolfold_step.call,
+                          [element[n] if n else None for n in node.input],
+                          [element[n] if n else None for n in node.output],
+                          poolfold_step.output_names)
+        replaced[id(node)] = helper.make_node(
+            op, [n for n in node.input if n], [n for n in node.output if n],
+            name=node.name, domain=declared.domain)
+        steps.append(poolfold_step)
+    graph_nodes = [replaced.get(id(node), node) for node in graph.node]
+    built, _ = sessions.whole(graph_nodes, declared)
+    if built is None:
+        return None, None
+    session = _OneSession(built, declared, lambda: sessions.whole(graph_nodes, declared,
+                                                                  shaped=False)[0])
+    for step in steps:
+        if step.runner == ONNXRUNTIME:
+            step.session = built
+    return steps, session
+
+
+class _SessionPart:
+    """A stretch of other nodes inside the one session that runs the whole model (so it is
+    not run as a step of its own)."""
+
+    runner = ONNXRUNTIME
+    reason = None
+    session = None
+
+    def __init__(self, step: partition.Step):
+        self.nodes = step.nodes
+        self.reads = step.inputs
+        self.writes = step.outputs
+
+
+class _OneSession:
+    """The one session with poolfold's nodes inside: a run that a node's kernel failed
+    raises that node's error."""
+
+    def __init__(self, session, declared: session_ops.Declared, unshaped: Callable):
+        self.session = session
+        self._declared = declared  # the nodes' callbacks live as long as the session
+        self._unshaped = unshaped  # the session again, its inputs' declared shapes dropped
+
+    def run(self, outputs, feeds):
+        try:
+            return self.session.run(outputs, feeds)
+        except Exception as error:
+            failure = self._declared.take_failure()
+            if failure is not None:
+                raise failure from None
+            if self._unshaped is None or not _shape_refusal(error):
+                raise
+        # fed other shapes than the model declares, which poolfold's nodes take (as the
+        # split route's sessions do, see _StretchStep)
+        rebuilt, self._unshaped = self._unshaped(), None
+        if rebuilt is None:
+            raise PoolfoldError("onnxruntime refused the model without its inputs' shapes")
+        self.session = rebuilt
+        return self.run(outputs, feeds)
 
 
 def _small_constants(model: onnx.ModelProto, weights: _Weights) -> dict[str, np.ndarray]:
@@ -733,10 +888,18 @@ class PoolfoldBackend(Backend):
           stretches, so a model onnxruntime runs right as a whole is one session.  The one
           difference "needed" leaves is in the data: where a MaxPool window holds a NaN,
           onnxruntime's answer depends on where the NaN sits (poolfold's is NaN).
+        - ``one_session``: with onnxruntime running the other nodes, ``True`` (the default)
+          runs the whole model as one onnxruntime session in which poolfold's nodes are
+          custom ops that call back into poolfold (:mod:`poolfold.session_ops`; it needs a
+          C compiler once, and falls back to the split below where it cannot be had, where a
+          node of poolfold's sits in a subgraph or local function, or where a type is known
+          only at the run); ``False`` cuts the model into one session per stretch of other
+          nodes, run between poolfold's nodes.  ``rep.one_session`` says which it got.
         """
         if not cls.supports_device(device):
             raise PoolfoldError(f"poolfold runs on the CPU only, not {device!r}")
-        known = {"other_ops", "inferred_shape_indices", "poolfold_nodes", *_SESSION_KEYWORDS}
+        known = {"other_ops", "inferred_shape_indices", "poolfold_nodes", "one_session",
+                 *_SESSION_KEYWORDS}
         unknown = sorted(set(kwargs) - known)
         if unknown:
             raise PoolfoldError(f"prepare() has no keyword {', '.join(map(repr, unknown))}; "
@@ -753,8 +916,11 @@ class PoolfoldBackend(Backend):
         poolfold_nodes = placement.check_choice(kwargs.get("poolfold_nodes", placement.ALL))
         model, folder = load_model(model)
         session = {k: kwargs[k] for k in _SESSION_KEYWORDS if kwargs.get(k) is not None}
+        one_session = kwargs.get("one_session", True)
+        if not isinstance(one_session, bool):
+            raise PoolfoldError(f"one_session must be True or False, not {one_session!r}")
         return PoolfoldRep(model, bool(kwargs.get("inferred_shape_indices", False)), other_ops,
-                           session, poolfold_nodes, folder)
+                           session, poolfold_nodes, folder, one_session)
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -43,12 +44,27 @@ def _refuse_beyond_memory(label: str, description: str, shape, dtype) -> None:
         )
 
 
+# This thread's provider of output buffers (see :func:`allocate`), when one is set.
+PLACES = threading.local()
+
+
 def allocate(label: str, what: str, shape: tuple[int, ...], dtype, fill=None,
              size_checked: bool = False) -> np.ndarray:
     """``np.empty`` (or ``np.full``) of ``shape``, after :func:`check_size` unless the caller
-    already ran it for this shape and type (``size_checked``)."""
+    already ran it for this shape and type (``size_checked``).
+
+    Where the calling thread has set ``PLACES.provide`` (poolfold's nodes inside an
+    onnxruntime session, :mod:`poolfold.session_ops`), the output ``what`` comes from it when
+    it has a buffer for it: the node then writes where onnxruntime reads, with no copy."""
     if not size_checked:
         check_size(label, what, shape, dtype)
+    provide = getattr(PLACES, "provide", None)
+    if provide is not None:
+        given = provide(what, tuple(shape), np.dtype(dtype))
+        if given is not None:
+            if fill is not None:
+                given.fill(fill)
+            return given
     try:
         if fill is None:
             return np.empty(shape, dtype)

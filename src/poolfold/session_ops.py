@@ -1,0 +1,329 @@
+"""poolfold's nodes inside one onnxruntime session, as custom ops that call back into Python.
+
+Cut into one onnxruntime session per stretch between poolfold's nodes, a model pays at each
+cut for a session's run (its inputs bound, its outputs allocated and handed over, its
+threads woken): the bundled model's four stretches took longer than onnxruntime's run of
+the whole model.  Here the model stays one session: each of poolfold's nodes becomes a
+custom op of its own (domain :data:`DOMAIN_PREFIX` and a number, op ``N<k>``, typed as the
+node's inputs and outputs), whose kernel calls back into Python.  The callback reads the
+inputs in place (arrays over onnxruntime's buffers), runs the node as the split route does
+(:func:`poolfold.nodes.bind`), asks onnxruntime for each output in the shape found, and
+copies the result there.
+
+The ops come from a small C library (``native/session_ops.c``), compiled once per machine
+with the C compiler (``CC``, else the one Python was built with, else ``cc``) into
+poolfold's cache folder (``POOLFOLD_CACHE_DIR``, default ``~/.cache/poolfold``), where
+onnxruntime loads it by path (``SessionOptions.register_custom_ops_library``).  Without a
+compiler, :func:`library` says why, and the backend cuts the model into sessions instead.
+The library speaks onnxruntime's C ABI alone, which is stable across releases (1.16 on).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import weakref
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+from onnx import helper
+
+from . import memory
+
+DOMAIN_PREFIX = "poolfold.session"
+_SOURCE = Path(__file__).with_name("native") / "session_ops.c"
+_MAX_RANK = 61  # the most dims an input may have (the C side checks)
+_MAX_VALUES = 8  # the most inputs or outputs of one node (session_ops.c's MAX_TYPES)
+
+
+def cache_folder() -> Path:
+    folder = os.environ.get("POOLFOLD_CACHE_DIR")
+    if folder:
+        return Path(folder)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "poolfold"
+
+
+class _Library:
+    """The loaded library and the callback it calls; one per process."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+        lib = ctypes.CDLL(self.path)
+        pointer, size = ctypes.c_void_p, ctypes.c_size_t
+        lib.pf_inputs.argtypes = [pointer, size, pointer, size]
+        lib.pf_inputs.restype = ctypes.c_int
+        lib.pf_output.argtypes = [pointer, size, pointer, size, pointer]
+        lib.pf_output.restype = ctypes.c_int
+        lib.pf_begin.argtypes = [ctypes.c_char_p]
+        lib.pf_declare.argtypes = [ctypes.c_char_p, ctypes.c_int64, size, pointer, size,
+                                   pointer]
+        lib.pf_declare.restype = ctypes.c_int
+        self.lib = lib
+        # the ctypes function must live as long as the library may call it
+        self._callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_void_p)(
+            _call_node)
+        lib.pf_set_callback(self._callback)
+        # declarations and the registration that consumes them go together
+        self.registering = threading.Lock()
+
+
+_LOADED: _Library | None = None
+_UNAVAILABLE: str | None = None
+_LOADING = threading.Lock()
+
+
+def library() -> tuple[_Library | None, str | None]:
+    """(the library, None), or (None, why it cannot be had here)."""
+    global _LOADED, _UNAVAILABLE
+    with _LOADING:
+        if _LOADED is None and _UNAVAILABLE is None:
+            try:
+                _LOADED = _Library(_built())
+            except (OSError, subprocess.SubprocessError, RuntimeError) as error:
+                _UNAVAILABLE = str(error).strip().splitlines()[0] if str(error).strip() \
+                    else type(error).__name__
+        return _LOADED, _UNAVAILABLE
+
+
+def _compiler() -> list[str]:
+    given = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    command = given.split()
+    if shutil.which(command[0]) is None:
+        raise RuntimeError(f"no C compiler to build poolfold's onnxruntime ops ({command[0]!r} "
+                           f"not found; set CC)")
+    return command
+
+
+def _built() -> Path:
+    """The compiled library, built now if this source and compiler have not built it yet."""
+    if sys.platform == "win32":
+        raise RuntimeError("poolfold's onnxruntime ops are built on Linux and macOS only")
+    compiler = _compiler()
+    source = _SOURCE.read_bytes()
+    key = hashlib.sha256(source + " ".join(compiler).encode() +
+                         sysconfig.get_platform().encode()).hexdigest()[:16]
+    suffix = ".dylib" if sys.platform == "darwin" else ".so"
+    for folder in (cache_folder(), Path(tempfile.gettempdir()) / f"poolfold-{os.getuid()}"):
+        target = folder / f"session_ops-{key}{suffix}"
+        if target.exists():
+            return target
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            handle, partial = tempfile.mkstemp(suffix=suffix, dir=folder)
+            os.close(handle)
+        except OSError:
+            continue  # a folder we cannot write: the next one
+        try:
+            done = subprocess.run(
+                [*compiler, "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-o", partial,
+                 str(_SOURCE)], capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                raise RuntimeError(f"compiling poolfold's onnxruntime ops failed: "
+                                   f"{done.stderr.strip() or done.returncode}")
+            os.replace(partial, target)  # whole or not at all, for processes racing here
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+        return target
+    raise RuntimeError("no writable folder for poolfold's onnxruntime ops (POOLFOLD_CACHE_DIR)")
+
+
+# ------------------------------------------------------------------------ the node calls
+
+class _Array:
+    """An array's interface over a buffer onnxruntime owns (numpy wraps it, no copy)."""
+
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, address: int, dtype: np.dtype, shape: tuple):
+        self.__array_interface__ = {"data": (address, False), "shape": shape,
+                                    "typestr": dtype.str, "version": 3}
+
+
+def _over(address: int, dtype: np.dtype, shape: tuple) -> np.ndarray:
+    if not address:  # onnxruntime may give no buffer for a tensor of no elements
+        return np.empty(shape, dtype)
+    array = np.asarray(_Array(address, dtype, shape))
+    # numpy reads ml_dtypes' types (bfloat16) from the interface as plain bytes
+    return array.view(dtype) if array.dtype != dtype else array
+
+
+_DTYPES: dict[int, np.dtype] = {}
+
+
+def _dtype(element_type: int) -> np.dtype:
+    if element_type not in _DTYPES:
+        _DTYPES[element_type] = np.dtype(helper.tensor_dtype_to_np_dtype(element_type))
+    return _DTYPES[element_type]
+
+
+class _Node:
+    """One node's callback: ``run`` takes its inputs (None for an omitted one) and returns
+    its outputs, as :func:`poolfold.nodes.bind` does; ``outputs`` gives each output's
+    element type (None where the node omits it) and ``names`` its name in the op's schema,
+    which poolfold's ops allocate it by (:func:`poolfold.memory.allocate`)."""
+
+    def __init__(self, run: Callable, inputs: Sequence[bool], outputs: Sequence[int | None],
+                 names: Sequence[str], failures: list):
+        self._run = run
+        self._given = list(inputs)  # which of the node's inputs the op takes, in order
+        self._count = sum(self._given)
+        self._places: dict[str, tuple[int, np.dtype]] = {}  # name -> (op's output, type)
+        self._kept: list[int | None] = []  # each node output's place among the op's
+        for name, element in zip(names, outputs):
+            self._kept.append(None if element is None else len(self._places))
+            if element is not None:
+                self._places[name] = (len(self._places), _dtype(element))
+        self._failures = failures
+
+    def __call__(self, context: int, lib) -> None:
+        facts, address = _scratch()
+        if lib.pf_inputs(context, self._count, address, _STRIDE):
+            raise RuntimeError("onnxruntime did not hand over the node's inputs")
+        rows = iter(facts[:self._count].tolist())
+        inputs: list = []
+        for given in self._given:
+            if not given:
+                inputs.append(None)
+                continue
+            data, element, rank, *dims = next(rows)
+            inputs.append(_over(data, _dtype(element & 0xFFFFFFFF), tuple(dims[:rank])))
+        handed: dict[int, np.ndarray] = {}
+
+        def output(place: int, dtype: np.dtype, shape: tuple) -> np.ndarray:
+            row = facts[0]
+            row[1:1 + len(shape)] = shape
+            if lib.pf_output(context, place, address + 8, len(shape), address):
+                raise RuntimeError("onnxruntime did not allocate an output")
+            handed[place] = _over(int(row[0]), dtype, shape)
+            return handed[place]
+
+        def provide(what: str, shape: tuple, dtype: np.dtype) -> np.ndarray | None:
+            place, wanted = self._places.get(what, (None, None))
+            if place is None or place in handed or dtype != wanted:
+                return None  # a buffer of another kind, or asked for twice
+            return output(place, dtype, shape)
+
+        memory.PLACES.provide = provide
+        try:
+            results = self._run(inputs)
+        finally:
+            memory.PLACES.provide = None
+        for place, result in zip(self._kept, results):
+            if place is None:
+                continue
+            target = handed.get(place)
+            if target is None:
+                target = output(place, result.dtype, result.shape)
+            elif _same_memory(target, result):
+                continue  # written in place
+            elif target.shape != result.shape:
+                raise RuntimeError("a node's output changed shape after its allocation")
+            if result.size:
+                np.copyto(target, result)
+
+
+def _same_memory(target: np.ndarray, result: np.ndarray) -> bool:
+    """Whether ``result`` is ``target``'s buffer as it is laid out (itself, or a view of it
+    in another shape)."""
+    return result is target or (
+        result.__array_interface__["data"][0] == target.__array_interface__["data"][0]
+        and result.nbytes == target.nbytes and result.dtype == target.dtype
+        and result.flags.c_contiguous)
+
+
+_STRIDE = 3 + _MAX_RANK  # an input's facts: data address, element type, rank, dims
+_THREAD = threading.local()
+
+
+def _scratch() -> tuple[np.ndarray, int]:
+    """This thread's buffer for the facts of a node's inputs, and its address (a session
+    may run on several threads at once)."""
+    kept = getattr(_THREAD, "scratch", None)
+    if kept is None:
+        facts = np.zeros((_MAX_VALUES, _STRIDE), np.int64)
+        kept = _THREAD.scratch = (facts, facts.ctypes.data)
+    return kept
+
+
+_NODES: dict[int, _Node] = {}
+_NUMBERS = itertools.count()
+_DOMAINS = itertools.count()
+
+
+def _call_node(number: int, context: int) -> int:
+    node = _NODES.get(number)
+    if node is None:
+        return 1
+    try:
+        node(context, _LOADED.lib)
+    except BaseException as error:  # noqa: BLE001 -- handed to the run that called the node
+        node._failures.append(error)
+        return 1
+    return 0
+
+
+class Declared:
+    """The custom ops of one model: what ``add`` declared, registered on a SessionOptions by
+    ``register``.  The callbacks stay as long as this object (the session holds it)."""
+
+    def __init__(self, lib: _Library):
+        self._lib = lib
+        self.domain = f"{DOMAIN_PREFIX}{next(_DOMAINS)}"
+        self.failures: list[BaseException] = []
+        self._ops: list[tuple[int, str, list[int], list[int]]] = []
+        self._numbers: list[int] = []
+        weakref.finalize(self, _forget, self._numbers)
+
+    def add(self, run: Callable, inputs: Sequence[int | None], outputs: Sequence[int | None],
+            names: Sequence[str]) -> str:
+        """Declares a node: ``inputs`` and ``outputs`` give each of its values' element type
+        (None for an omitted one), ``names`` its outputs' names in the op's schema.  Returns
+        the op's name in :attr:`domain`."""
+        given = [t for t in inputs if t is not None]
+        kept = [t for t in outputs if t is not None]
+        if len(given) > _MAX_VALUES or len(kept) > _MAX_VALUES:
+            raise ValueError("too many inputs or outputs for a custom op")
+        number = next(_NUMBERS)
+        _NODES[number] = _Node(run, [t is not None for t in inputs], list(outputs), names,
+                               self.failures)
+        self._numbers.append(number)
+        name = f"N{number}"
+        self._ops.append((number, name, given, kept))
+        return name
+
+    def register(self, options) -> None:
+        """Adds the declared ops to onnxruntime's ``options``."""
+        lib = self._lib
+        with lib.registering:
+            lib.lib.pf_begin(self.domain.encode())
+            for number, name, given, kept in self._ops:
+                types_in = (ctypes.c_int * max(len(given), 1))(*given)
+                types_out = (ctypes.c_int * max(len(kept), 1))(*kept)
+                if lib.lib.pf_declare(name.encode(), number, len(given), types_in, len(kept),
+                                      types_out):
+                    raise RuntimeError(f"cannot declare the custom op {name}")
+            options.register_custom_ops_library(lib.path)
+
+    def take_failure(self) -> BaseException | None:
+        """The error a node's callback met in the run that failed, if one did."""
+        if not self.failures:
+            return None
+        error = self.failures.pop()
+        self.failures.clear()
+        return error
+
+
+def _forget(numbers: list[int]) -> None:
+    for number in numbers:
+        _NODES.pop(number, None)
