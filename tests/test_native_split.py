@@ -4,6 +4,7 @@ error raised in the caller, and calls that find the threads asleep, busy, or man
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -268,3 +269,84 @@ def test_kernels_that_take_views_leave_the_arrays_as_they_were():
         assert np.array_equal(y, x.sum(axis=1))
     assert crew.address != 0
     assert (sys.getrefcount(x), sys.getrefcount(y)) == counts
+
+
+# ---------------------------------------------------------------- pieces on a host's threads
+
+_HOST_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                              ctypes.c_int64)
+
+
+class _Host:
+    """A host's parallel-for as ``pf_parallel`` is one (poolfold.session_ops): calls
+    ``entry(frame)`` on ``threads`` Python threads at once (ctypes lets the GIL go), and
+    returns when all are done; it records each call's context and thread count."""
+
+    def __init__(self):
+        self.calls = []
+        self.function = _HOST_TYPE(self._run)
+        self.address = ctypes.cast(self.function, ctypes.c_void_p).value
+        self._entry_type = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+    def _run(self, context, entry, frame, count):
+        self.calls.append((context, count))
+        run = self._entry_type(entry)
+        workers = [threading.Thread(target=run, args=(frame,)) for _ in range(count)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+
+
+def _hosted_launch(kernel, count, *args, parts=2):
+    kernel(*args, 0, 0)  # compiled through Python first, as a crew needs
+    host = _Host()
+    crew = native_split.Crew()
+    threads.HOSTED.host = (host.address, 1234)
+    try:
+        return threads.launch_split(kernel, count, *args, parts=parts, crew=crew), host
+    finally:
+        threads.HOSTED.host = None
+
+
+@pytest.mark.parametrize("count", [2, 7, 1001])
+def test_hosted_pieces_run_once_each(count):
+    """Inside a host's call (one of poolfold's nodes in onnxruntime's session), a split call's
+    pieces go to the host's threads, each piece once, and nothing of poolfold's own pool."""
+    y = np.zeros(count, np.int64)
+    owners = np.full(count, -1, np.int64)
+    results, host = _hosted_launch(_stamp, count, y, owners, parts=3)
+    assert host.calls == [(1234, 3)]
+    assert np.array_equal(y, np.arange(1, count + 1))
+    assert len(results) == len(np.unique(owners)) == min(count, 3 * threads.PIECES_PER_THREAD)
+
+
+def test_hosted_results_in_piece_order():
+    y = np.zeros(100, np.int64)
+    results, host = _hosted_launch(_count, 100, y)
+    assert len(host.calls) == 1
+    assert results == [100 * (p + 1) // 8 - 100 * p // 8 for p in range(8)]
+    assert all(type(r) is int for r in results)
+
+
+def test_hosted_piece_that_raises_is_raised_in_the_caller():
+    """A piece that raises flags the call, which runs again through Python and raises."""
+    y = np.zeros(50, np.int64)
+    _raise_in_a_piece(y, -1, 0, 0)
+    host = _Host()
+    threads.HOSTED.host = (host.address, 0)
+    try:
+        with pytest.raises(IndexError, match="piece out of bounds"):
+            threads.launch_split(_raise_in_a_piece, 50, y, 31, parts=2,
+                                 crew=native_split.Crew())
+    finally:
+        threads.HOSTED.host = None
+    assert len(host.calls) == 1
+
+
+def test_without_a_host_the_pool_runs_the_pieces():
+    y = np.zeros(64, np.int64)
+    owners = np.full(64, -1, np.int64)
+    assert getattr(threads.HOSTED, "host", None) is None
+    results, crew = _native_launch(_stamp, 64, y, owners)
+    assert crew.address != 0 and np.array_equal(y, np.arange(1, 65))

@@ -136,6 +136,32 @@ def test_a_bfloat16_graph_input_takes_the_split_route(available):
     np.testing.assert_array_equal(rep.run({"x": x})[0], oracle.max_pool(x, [2, 2])[0])
 
 
+def test_a_split_kernel_runs_on_onnxruntimes_threads(available, monkeypatch):
+    """A node large enough to split runs its pieces on onnxruntime's threads (through the
+    kernel context's parallel-for), and gives the oracle's answer."""
+    from poolfold.kernels import threads
+
+    hosted = []
+    original = threads._run_hosted
+    monkeypatch.setattr(threads, "_run_hosted",
+                        lambda *args: hosted.append(args[0]) or original(*args))
+    graph_nodes = [helper.make_node("Relu", ["x"], ["r"]),
+                   helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3],
+                                    strides=[2, 2], pads=[1] * 4)]
+    shape = (2, 32, 64, 64)
+    model = _model(graph_nodes, [helper.make_tensor_value_info("x", F, shape)],
+                   [helper.make_tensor_value_info("y", F, None)])
+    rep = poolfold.backend.prepare(model, intra_op_num_threads=2)
+    x = np.random.default_rng(12).standard_normal(shape).astype(np.float32)
+    for _ in range(3):  # the first call compiles through Python; the next ones go native
+        (y,) = rep.run({"x": x})
+        want = oracle.max_pool(np.maximum(x, 0), [3, 3], strides=[2, 2], pads=[1] * 4)[0]
+        np.testing.assert_array_equal(y, want)
+    if threads.kernel_threads() > 1:
+        assert hosted and all(host[1] != 0 for host in hosted)  # a kernel context each
+    assert getattr(threads.HOSTED, "host", None) is None  # not left set after the node
+
+
 def test_a_nodes_error_is_poolfolds_own(available):
     """An index out of range, found by poolfold's node inside onnxruntime's run, is raised as
     the same PoolfoldError the split route raises, not as onnxruntime's failure."""

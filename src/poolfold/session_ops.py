@@ -38,6 +38,7 @@ import numpy as np
 from onnx import helper
 
 from . import memory
+from .kernels import threads
 
 DOMAIN_PREFIX = "poolfold.session"
 _SOURCE = Path(__file__).with_name("native") / "session_ops.c"
@@ -69,6 +70,7 @@ class _Library:
                                    pointer]
         lib.pf_declare.restype = ctypes.c_int
         self.lib = lib
+        self.parallel = ctypes.cast(lib.pf_parallel, ctypes.c_void_p).value
         # the ctypes function must live as long as the library may call it
         self._callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int64, ctypes.c_void_p)(
             _call_node)
@@ -186,7 +188,8 @@ class _Node:
                 self._places[name] = (len(self._places), _dtype(element))
         self._failures = failures
 
-    def __call__(self, context: int, lib) -> None:
+    def __call__(self, context: int, loaded: _Library) -> None:
+        lib = loaded.lib
         facts, address = _scratch()
         if lib.pf_inputs(context, self._count, address, _STRIDE):
             raise RuntimeError("onnxruntime did not hand over the node's inputs")
@@ -215,10 +218,12 @@ class _Node:
             return output(place, dtype, shape)
 
         memory.PLACES.provide = provide
+        threads.HOSTED.host = (loaded.parallel, context)  # the pieces go to onnxruntime's threads
         try:
             results = self._run(inputs)
         finally:
             memory.PLACES.provide = None
+            threads.HOSTED.host = None
         for place, result in zip(self._kept, results):
             if place is None:
                 continue
@@ -266,7 +271,7 @@ def _call_node(number: int, context: int) -> int:
     if node is None:
         return 1
     try:
-        node(context, _LOADED.lib)
+        node(context, _LOADED)
     except BaseException as error:  # noqa: BLE001 -- handed to the run that called the node
         node._failures.append(error)
         return 1

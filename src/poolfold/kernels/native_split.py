@@ -177,6 +177,37 @@ def run_pieces(flags, call, bounds, results, helpers, address, returns, *argumen
     return _load_acquire(flags, ERROR)
 
 
+@intrinsic
+def _call_host(typingctx, host, context, entry, frame, threads):
+    """Call the function ``void(i8*, i64, i64, i64)`` at address ``host`` on
+    (``context``, ``entry``, ``frame``, ``threads``): a host's thread pool, which runs the
+    call's pieces as :func:`run_pieces_hosted` says."""
+    def codegen(context_, builder, signature, args):
+        i64 = ir.IntType(64)
+        function = builder.inttoptr(args[0], ir.FunctionType(
+            ir.VoidType(), [cgutils.voidptr_t, i64, i64, i64]).as_pointer())
+        builder.call(function, [builder.inttoptr(args[1], cgutils.voidptr_t), args[2],
+                                args[3], args[4]])
+        return context_.get_dummy_value()
+
+    return types.void(types.int64, types.int64, types.int64, types.int64, types.int64), codegen
+
+
+@kernel()
+def run_pieces_hosted(flags, bounds, results, host, context, threads, address, returns,
+                      *arguments):
+    """:func:`run_pieces` on a host's threads instead of poolfold's: the function at
+    ``host`` (``pf_parallel`` of :mod:`poolfold.session_ops`' library) has ``threads`` of
+    onnxruntime's threads, the calling one among them, each call the entry on the frame
+    (claiming pieces until none is left), and returns once all are done.  1 if a piece
+    raised, else 0.  ``flags`` is the call's own (only its CLAIMS and ERROR are used)."""
+    frame, entry = _stage((flags, bounds, results, address, returns, arguments))
+    flags[CLAIMS] = 0
+    flags[ERROR] = 0
+    _call_host(host, context, entry, frame, threads)
+    return _load_acquire(flags, ERROR)
+
+
 class Crew:
     """How one launch's kernel runs natively (:func:`run_pieces`): its compiled address and
     return type, found on the launch's first threaded call and kept, since a launch always

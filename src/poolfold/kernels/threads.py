@@ -22,6 +22,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
+import numpy as np
 from numba.np.ufunc import parallel as _numba_parallel
 
 from . import affinity, environment, handoff, native_split
@@ -190,6 +191,9 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
         parts = split_parts(count, work)
     if parts == 1:
         return [kernel(*args, 0, count)]
+    host = getattr(HOSTED, "host", None)
+    if host is not None and crew is not None and crew.resolve(kernel, args):
+        return _run_hosted(host, crew, kernel, count, parts, work, args)
     spinning = _SPINNING or _spinning_pool()  # the lock only until the threads start
     if crew is not None and spinning is not None and crew.resolve(kernel, args):
         done = _run_native(spinning, crew, kernel, count, parts, work, args)
@@ -251,7 +255,8 @@ class BoundLaunch:
             self.kernel(*arrays, *self.constants, 0, self.count)
             return
         native = self._native
-        if native is not None and native[0] is _SPINNING:  # not a forked child's
+        if native is not None and native[0] is _SPINNING \
+                and getattr(HOSTED, "host", None) is None:  # not a forked child's, not hosted
             pool, bounds, results, helpers, address = native
             affinity.steer_workers()
             if pool.run_native(native_split.run_pieces, bounds, results, helpers, address,
@@ -277,6 +282,33 @@ def _piece_count(count: int, parts: int, work: int | None, least: int) -> int:
     if work is not None:
         pieces = max(parts, min(pieces, work // least) // parts * parts)
     return min(count, pieces)
+
+
+# This thread's host pool, where its kernels run inside a host's call: (the address of the
+# host's parallel-for function, its context), set by :mod:`poolfold.session_ops` while one
+# of poolfold's nodes runs inside onnxruntime, whose own threads then take the pieces.
+HOSTED = threading.local()
+
+
+def _run_hosted(host: tuple[int, int], crew, kernel, count: int, parts: int,
+                work: int | None, args: tuple) -> list:
+    """:func:`launch_split`'s call run on the host's threads
+    (:func:`poolfold.kernels.native_split.run_pieces_hosted`): what each piece returned.  A
+    piece that raised makes the whole call run again in Python, which raises the error."""
+    split = (count, parts, work)
+    if split != crew.split:
+        crew.cut(split, count, _piece_count(count, parts, work, MIN_WORK_PER_NATIVE_PIECE))
+    bounds, results = crew.bounds, crew.results()
+    if crew.returns is None:
+        results = np.zeros(len(bounds) - 1, np.int64)  # calls on several threads at once
+    flags = np.zeros(handoff.ERROR + 1, np.int64)
+    address, context = host
+    if native_split.run_pieces_hosted(flags, bounds, results, address, context, parts,
+                                      crew.address, crew.returns, *args):
+        return [kernel(*args, 0, count)]
+    if crew.returns is None:
+        return [None] * (len(bounds) - 1)
+    return [type(crew.returns)(r) for r in results.tolist()]
 
 
 def _run_native(spinning, crew, kernel, count: int, parts: int, work: int | None,

@@ -45,6 +45,7 @@ enum {
     SLOT_KERNEL_CONTEXT_GET_OUTPUT = 91,
     SLOT_RELEASE_STATUS = 93,
     SLOT_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO = 99,
+    SLOT_KERNEL_CONTEXT_PARALLEL_FOR = 274, /* from version 17 (onnxruntime 1.17) */
 };
 
 #define API_VERSION 16 /* onnxruntime 1.16: KernelComputeV2 */
@@ -88,6 +89,7 @@ typedef OrtStatus *(*StatusFn)();
 typedef int (*Callback)(int64_t node, OrtKernelContext *context);
 
 static OrtApiTable api;
+static OrtApiTable api17; /* NULL before onnxruntime 1.17: no parallel-for */
 static Callback callback;
 static char domain_name[64];
 static NodeOp *declared; /* the ops the next RegisterCustomOps adds, last declared first */
@@ -191,6 +193,7 @@ EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase
     if (given == NULL)
         return NULL; /* an onnxruntime older than 1.16: no ops, so the session is refused */
     api = given;
+    api17 = base->GetApi(17);
     OrtCustomOpDomain *domain = NULL;
     OrtStatus *status = CALL(SLOT_CREATE_CUSTOM_OP_DOMAIN,
                              StatusFn)(domain_name, &domain);
@@ -266,4 +269,35 @@ EXPORT int pf_output(OrtKernelContext *context, size_t index, const int64_t *dim
         return 1;
     }
     return 0;
+}
+
+/* A kernel's pieces (poolfold.kernels.native_split): each call of `entry` on `frame` claims
+ * pieces until none is left. */
+typedef struct Job {
+    void (*entry)(void *);
+    void *frame;
+} Job;
+
+static void run_job(void *job, size_t index)
+{
+    (void)index;
+    ((Job *)job)->entry(((Job *)job)->frame);
+}
+
+/* Runs `entry(frame)` on `threads` of onnxruntime's intra-op threads (the calling one among
+ * them) through the kernel context's parallel-for, and returns when all are done; where
+ * there is none (onnxruntime before 1.17, or its call failed), on the calling thread. */
+EXPORT void pf_parallel(OrtKernelContext *context, int64_t entry, int64_t frame,
+                        int64_t threads)
+{
+    Job job = {(void (*)(void *))(intptr_t)entry, (void *)(intptr_t)frame};
+    OrtStatus *status = NULL;
+    if (api17 != NULL)
+        status = ((StatusFn)api17[SLOT_KERNEL_CONTEXT_PARALLEL_FOR])(
+            context, run_job, (size_t)threads, (size_t)0, (void *)&job);
+    if (api17 == NULL || status != NULL) {
+        if (status != NULL)
+            CALL(SLOT_RELEASE_STATUS, void (*)(OrtStatus *))(status);
+        run_job(&job, 0);
+    }
 }
