@@ -467,6 +467,7 @@ def test_bench_models_rows_and_table():
     lines = {line.split(" | ")[0][2:]: line for line in page.splitlines()
              if line.startswith("| ")}
     assert lines["model"] == ("| model | onnxruntime ms | poolfold `all` ms | "
+                              "poolfold `all`, cut into sessions ms | "
                               "poolfold `needed` ms | prepare s |")
     segnet = lines["segnet (bundled)"].split(" | ")
     ort, pf_all = (next(r for r in rows if r.model == "segnet (bundled)"
@@ -477,8 +478,8 @@ def test_bench_models_rows_and_table():
     paired = backend_bench.ratio(pf_all, ort)
     assert segnet[2] == f"{pf_all.median_ms:.3g} (**{paired:.2f}x**)"
     assert len(pf_all.block_ms) == len(ort.block_ms) == 3  # a block a round
-    assert len(segnet[4].split(" / ")) == 3  # a prepare time for each implementation
-    assert lines["conv-pool4d-conv"].split(" | ")[4].startswith("- / ")  # none: refused
+    assert len(segnet[5].split(" / ")) == 4  # a prepare time for each implementation
+    assert lines["conv-pool4d-conv"].split(" | ")[5].startswith("- / ")  # none: refused
     assert lines["conv-pool4d-conv"].split(" | ")[1] == "cannot run it"
     assert "- conv-pool4d-conv, onnxruntime: cannot run it:" in page
     assert "`poolfold bench --models` on 2026-01-01" in page and "[0.4, 0.5, 0.6] at the end" in page
@@ -515,7 +516,7 @@ def test_bench_models_rounds_start_one_implementation_further_on(monkeypatch):
     monkeypatch.setattr(backend_bench, "_median_ms", timed)
     rows = backend_bench.run(repeat=1, warmup=0, reference=False, zoo=False, rounds=4)
     n = len(calls)
-    assert n == 3  # onnxruntime and the two routes
+    assert n == 4  # onnxruntime, the two routes and the "all" route cut into sessions
     assert order == [(r + k) % n for r in range(4) for k in range(n)]
     assert [len(r.block_ms) for r in rows] == [4] * n
 

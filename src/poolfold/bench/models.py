@@ -15,7 +15,8 @@ within a minute, which a ratio of two medians taken over different minutes carri
 alone, gave 1.46x).  Faster noise remains: two runs can still differ by tens of percent in
 a model's ratio.  onnxruntime runs at its default
 session options; ``poolfold.backend`` at its defaults (its other nodes on onnxruntime) with
-``poolfold_nodes="all"`` and ``"needed"``, and, for the two small models unless
+``poolfold_nodes="all"`` (as one session, and cut into sessions: ``one_session=False``) and
+``"needed"``, and, for the two small models unless
 ``reference=False``, with ``other_ops="reference"`` (every other node on onnx's
 ReferenceEvaluator) for comparison.
 
@@ -161,6 +162,7 @@ def run(repeat: int = BLOCK_RUNS, warmup: int = 5, reference: bool = True,
 
         runners.append((f"poolfold.backend (other ops: {default})", poolfold, repeat))
         if default == "onnxruntime":
+            runners.append((CUT, lambda: poolfold(one_session=False), repeat))
             runners.append(("poolfold.backend (poolfold_nodes='needed')",
                             lambda: poolfold(poolfold_nodes="needed"), repeat))
         if reference and default != "reference" and name in MODELS:
@@ -236,9 +238,14 @@ def format_rows(rows: list[Row]) -> str:
     return "\n".join(text + notes)
 
 
+# The "all" route cut into one session per stretch (the route before poolfold's nodes ran
+# inside one session; still taken where the one session cannot be had)
+CUT = "poolfold.backend (one_session=False)"
+
 # Short column headings for the markdown table; the text table keeps the full names.
 _HEADINGS = {
     "poolfold.backend (other ops: onnxruntime)": "poolfold `all`",
+    CUT: "poolfold `all`, cut into sessions",
     "poolfold.backend (poolfold_nodes='needed')": "poolfold `needed`",
     "poolfold.backend (other ops: reference)": "poolfold, other ops on reference",
 }
