@@ -103,6 +103,35 @@ def test_values_cross_as_they_are(available, dtype):
         assert unpooled[0].dtype == np.dtype(dtype)
 
 
+def test_outputs_are_written_in_onnxruntimes_buffers(available, monkeypatch):
+    """Once a node has run on inputs of a shape, its kernels write its outputs straight into
+    the buffers onnxruntime allocates: nothing is copied on the later runs (the first run,
+    which learns the outputs' shapes, copies)."""
+    copies = []
+    original = session_ops._copy
+    monkeypatch.setattr(session_ops, "_copy",
+                        lambda target, result: copies.append(result.shape) or
+                        original(target, result))
+    model = _pool_unpool_model(F)
+    rep = poolfold.backend.prepare(model)
+    x = np.random.default_rng(6).standard_normal((2, 3, 7, 9)).astype(np.float32)
+    first = rep.run({"x": x})
+    assert copies  # the first run copies
+    copies.clear()
+    for _ in range(2):
+        again = rep.run({"x": x})
+        for a, b in zip(first, again):
+            np.testing.assert_array_equal(a, b)
+    assert copies == []
+    # another input shape: copied once more, then in place again
+    x2 = np.random.default_rng(7).standard_normal((1, 3, 9, 9)).astype(np.float32)
+    want = poolfold.backend.prepare(model, one_session=False).run({"x": x2})
+    for _ in range(2):
+        for g, w in zip(rep.run({"x": x2}), want):
+            np.testing.assert_array_equal(g, w)
+    assert len(copies) == 3  # Y, Indices and the MaxUnpool's output, on the first run only
+
+
 def test_bfloat16_inside_the_session(available):
     """A bfloat16 value between onnxruntime's nodes (which numpy could not hand over between
     sessions) reaches poolfold's node in place, and is pooled in bfloat16."""

@@ -187,6 +187,10 @@ class _Node:
             if element is not None:
                 self._places[name] = (len(self._places), _dtype(element))
         self._failures = failures
+        # The output shapes the last call of these input shapes gave: a buffer is handed
+        # out only for an allocation of that shape (an op may allocate an output in another
+        # shape and return a view of it reshaped; onnxruntime's shape would then be wrong).
+        self._last: tuple = ((), {})  # (the inputs' shapes and types, the outputs' shapes)
 
     def __call__(self, context: int, loaded: _Library) -> None:
         lib = loaded.lib
@@ -202,6 +206,9 @@ class _Node:
             data, element, rank, *dims = next(rows)
             inputs.append(_over(data, _dtype(element & 0xFFFFFFFF), tuple(dims[:rank])))
         handed: dict[int, np.ndarray] = {}
+        key = tuple((a.shape, a.dtype) if a is not None else None for a in inputs)
+        last_key, last_shapes = self._last
+        expected = last_shapes if key == last_key else {}
 
         def output(place: int, dtype: np.dtype, shape: tuple) -> np.ndarray:
             row = facts[0]
@@ -213,8 +220,9 @@ class _Node:
 
         def provide(what: str, shape: tuple, dtype: np.dtype) -> np.ndarray | None:
             place, wanted = self._places.get(what, (None, None))
-            if place is None or place in handed or dtype != wanted:
-                return None  # a buffer of another kind, or asked for twice
+            if place is None or place in handed or dtype != wanted \
+                    or expected.get(place) != shape:
+                return None  # a buffer of another kind or shape, or asked for twice
             return output(place, dtype, shape)
 
         memory.PLACES.provide = provide
@@ -224,27 +232,34 @@ class _Node:
         finally:
             memory.PLACES.provide = None
             threads.HOSTED.host = None
+        shapes = {}
         for place, result in zip(self._kept, results):
             if place is None:
                 continue
+            shapes[place] = result.shape
             target = handed.get(place)
             if target is None:
                 target = output(place, result.dtype, result.shape)
-            elif _same_memory(target, result):
-                continue  # written in place
             elif target.shape != result.shape:
                 raise RuntimeError("a node's output changed shape after its allocation")
+            elif _same_memory(target, result):
+                continue  # written in place
             if result.size:
-                np.copyto(target, result)
+                _copy(target, result)
+        self._last = (key, shapes)
+
+
+def _copy(target: np.ndarray, result: np.ndarray) -> None:
+    """A result the op did not write in onnxruntime's buffer, copied there."""
+    np.copyto(target, result)
 
 
 def _same_memory(target: np.ndarray, result: np.ndarray) -> bool:
     """Whether ``result`` is ``target``'s buffer as it is laid out (itself, or a view of it
-    in another shape)."""
+    of the same shape)."""
     return result is target or (
         result.__array_interface__["data"][0] == target.__array_interface__["data"][0]
-        and result.nbytes == target.nbytes and result.dtype == target.dtype
-        and result.flags.c_contiguous)
+        and result.dtype == target.dtype and result.flags.c_contiguous)
 
 
 _STRIDE = 3 + _MAX_RANK  # an input's facts: data address, element type, rank, dims
