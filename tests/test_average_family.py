@@ -431,6 +431,28 @@ def test_block_sums_match_oracle(kind, case, monkeypatch):
     oracle.assert_within_bound(got, want, info, case.dtype, kind)
 
 
+@pytest.mark.parametrize("shape, kernel", [((2, 3, 900), [70]), ((1, 2, 40, 50), [25, 31]),
+                                           ((1, 2, 20, 21, 22), [9, 9, 9])])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
+def test_block_sums_past_float32_are_taken_again_in_float64(shape, kernel, dtype):
+    """Averages by block sums add float32; where a window's float32 sum overflows (values
+    near float32's largest, whose average is one of them), or holds an inf or a NaN, the
+    window is summed again in float64: the average is the oracle's, not inf or NaN, and the
+    other planes keep their float32 sums."""
+    rng = np.random.default_rng(sum(shape))
+    big = {np.float32: 3.0e37, np.float16: 6.0e4}.get(dtype, 3.0e37)
+    x = (rng.random(shape) * big).astype(dtype)  # positive: every window's sum overflows
+    x[-1] = rng.standard_normal(shape[1:]).astype(dtype)  # a plane of ordinary values
+    x[0, 0].flat[7] = np.inf
+    x[0, 0].flat[300] = np.nan
+    case = Case(shape, kernel, auto_pad="SAME_UPPER", dtype=np.dtype(dtype))
+    got = pooled("average", case, x)
+    want, info = pooled("average", case, x, by=oracle)
+    oracle.assert_within_bound(got, want, info, np.dtype(dtype), "average")
+    assert np.isfinite(got[:, 1:].astype(np.float32)).all()
+    assert not np.isfinite(got[0, 0].astype(np.float32)).all()
+
+
 @pytest.mark.parametrize("rank", [1, 2])
 def test_block_sums_of_a_row_do_not_depend_on_its_segments(rank):
     """A long row's block sums are taken a segment at a time, each segment starting at a

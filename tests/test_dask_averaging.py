@@ -226,6 +226,21 @@ def test_running_sums_keep_axes_whole_and_match_bits():
         pdask.max_pool(x2, [3, 70]).chunks[2], (31,))
 
 
+def test_float32_block_sums_redone_in_float64_match_bits():
+    """Averages by block sums add float32 and take a window whose float32 sum is not finite
+    again in float64: which windows those are depends on their values alone, so slabs of the
+    tensor give the in-memory bits, on an axis kept whole and on one chunked alike."""
+    x = np.random.default_rng(9).standard_normal((1, 2, 40, 90)).astype(np.float32)
+    x[0, 0, 10:30, 20:60] = 3.0e37  # sums past float32, averages well inside it
+    x[0, 1, 5, 7] = np.nan
+    for kw in (dict(kernel_shape=[9, 25]), dict(kernel_shape=[31, 31], auto_pad="SAME_UPPER"),
+               dict(kernel_shape=[5, 40], strides=[1, 3], pads=[2, 10, 2, 10])):
+        expected = poolfold.average_pool(x, **kw)
+        assert np.isfinite(expected[0, 0]).all()
+        got = pdask.average_pool(da.from_array(x, chunks=(1, 1, 7, 30)), **kw)
+        assert_same(got.compute(**THREADS), expected)
+
+
 def test_slab_without_input_has_the_kernels_nan():
     """A chunk whose windows all lie in the padding reads no input: its empty windows' NaN
     (count_include_pad 0) is the one the kernels' 0 * (1 / 0) gives, sign included (found

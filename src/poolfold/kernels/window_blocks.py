@@ -19,19 +19,24 @@ first tap, ``(out - 1) * s + (k - 1) * d + 1`` of them), either
 
 A leading axis is summed over whole rows of its inputs, :data:`COLUMNS` columns at a time
 (each step a loop over the columns that vectorises).  The last axis is summed across rows:
-a vector's worth of rows (8 float64 with AVX-512) is transposed in registers into lanes
+a vector's worth of rows (16 float32 with AVX-512) is transposed in registers into lanes
 (:func:`poolfold.kernels.simd.transpose_tile`), so that position j of every row is one
 vector, summed there as a leading axis is, and transposed back; a long row goes by segments
 that start at a block's start, so their sums are the whole row's.
 
-**Accuracy.**  Terms are float64 (X's value, |x| or x^2); a float64 sum of float32 terms
-cannot overflow.  Along an axis a window's sum is a tree of additions of depth at most k - 1
-(a suffix of j taps plus a prefix of k - j), and the axes nest, so the whole window's sum has
-depth at most ``sum(k_a - 1) <= |V| - 1``: its error is within ``(|V| - 1) * 2^-53 *
-sum|x|``, on the average within ``|V| * 2^-53 * max|x|``: the contract's bound for float64
-sums (SEMANTICS.md, "Arithmetic"), before Y's one rounding.  A NaN is stored as one quiet
-NaN: LLVM may take a sum's operands in either order, and which of two NaNs an x86 sum keeps
-depends on it.
+**Accuracy.**  The sums are of the ``acc`` argument's type: float32 for averages, float64
+for LpPool's |x| and x^2 (whose small values float32 would lose).  Along an axis a window's
+sum is a tree of additions of depth at most k - 1 (a suffix of j taps plus a prefix of
+k - j), and the axes nest, so the whole window's sum has depth at most ``sum(k_a - 1) <=
+|V| - 1``: its error is within ``(|V| - 1) * u * sum|x|``, on the average within ``|V| * u
+* max|x|``: the contract's bound for the accumulator's u (SEMANTICS.md, "Arithmetic"),
+before Y's one rounding.  A float64 sum of float32 terms cannot overflow; a float32 one can,
+where the average does not: a plane (1-D: a group of rows) with a float32 sum that is not
+finite is summed again in float64, and the averages Y then holds as inf or NaN, only, are
+stored from there (a window with an inf or a NaN gives the same either way).  So each
+average depends on its window's values alone, whichever planes are pooled together.  A NaN
+is stored as one quiet NaN: LLVM may take a sum's operands in either order, and which of two
+NaNs an x86 sum keeps depends on it.
 
 **A plane** (each work item is one plane; 1-D rows a vector's worth of planes at a time):
 
@@ -39,8 +44,8 @@ depends on it.
   at a time, then the last axis;
 - rank 2: the first axis from X into rows of its sums laid out at the last axis's padded
   pitch (zeros in the padding), then the last axis over those rows;
-- rank 3: the first axis from X into a float64 plane of its sums, then each of its slices
-  as a 2-D plane of float64 terms.
+- rank 3: the first axis from X into a plane of its sums, then each of its slices as a 2-D
+  plane of terms.
 
 The kernels trust their tables: :mod:`poolfold.ops.averaging` builds and bounds them.
 """
@@ -62,14 +67,15 @@ N, OUT, KERNEL, STRIDE, DILATION, PAD_BEGIN, PADDED, RUNNING = range(8)
 DIM_ROWS = 8
 
 # A leading axis is summed this many columns at a time: its partial sums then stay in the
-# core's own cache (a 63-tap axis of 256 rows: 318 positions x 64 x 8 bytes, 160 KiB).
+# core's own cache (a 63-tap axis of 256 rows: 318 positions x 64 x 8 bytes, 160 KiB, in
+# float64; half that in float32).
 COLUMNS = 64
 # The last axis is summed in segments of about this many window starts (a multiple of its
 # blocks' span), a vector's worth of rows at a time.
 SEGMENT = 256
 # Vectors a row of lanes may hold beyond its positions: transposed tiles read and write a
-# whole vector of positions; 8 float64 (AVX-512) is the widest.
-SLACK = 8
+# whole vector of positions; 16 float32 (AVX-512) is the widest.
+SLACK = 16
 
 
 def padded_length(out: int, k: int, s: int, d: int) -> int:
@@ -223,20 +229,40 @@ def _rows_of_slice(rows, src, src_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len
 
 @uncounted_helper
 def _store(y, y_at, y_pitch, sums, pitch, rows, count, lead, lead_at, factors, factors_at,
-           mode, p):
+           mode, p, patch):
     """Y's ``rows`` rows (``y_pitch`` apart) of ``count`` outputs from ``sums`` (rows
     ``pitch`` apart): the sum times ``lead[lead_at + r] * factors[factors_at + o]``
     (AVERAGE), its p-th root (ROOT) or itself, a NaN as one quiet NaN, rounded to Y's
-    type."""
+    type.  ``patch``: only the outputs Y holds as inf or NaN are stored (a float64 redo
+    of float32 sums).  Whether a sum was not finite."""
     u = np.uint64
     nan = np.nan
+    if patch:
+        for r in range(rows):
+            at = u(r * pitch)
+            to = u(y_at + r * y_pitch)
+            for o in range(count):
+                held = widen(y[to + u(o)])
+                if held - held == 0.0:  # finite: the float32 sum stands
+                    continue
+                v = np.float64(sums[at + u(o)])
+                if mode == AVERAGE:
+                    v = v * lead[lead_at + r] * factors[u(factors_at + o)]
+                elif mode == ROOT:
+                    v = np.sqrt(v) if p == 2.0 else (v if p == 1.0 else v ** (1.0 / p))
+                y[to + u(o)] = narrow_to(v if v == v else nan, y)
+        return False
+    flagged = 0
     for r in range(rows):
         at = u(r * pitch)
         to = u(y_at + r * y_pitch)
         if mode == AVERAGE:
             scale = lead[lead_at + r]
             for o in range(count):
-                v = sums[at + u(o)] * scale * factors[u(factors_at + o)]
+                total = np.float64(sums[at + u(o)])
+                # an integer or-reduction, which vectorises (a bool one did not)
+                flagged |= np.int64(total - total != 0.0)
+                v = total * scale * factors[u(factors_at + o)]
                 y[to + u(o)] = narrow_to(v if v == v else nan, y)
         elif mode == ROOT and p == 2.0:
             for o in range(count):
@@ -251,19 +277,21 @@ def _store(y, y_at, y_pitch, sums, pitch, rows, count, lead, lead_at, factors, f
             for o in range(count):
                 v = sums[at + u(o)]
                 y[to + u(o)] = narrow_to(v if v == v else nan, y)
+    return flagged != 0
 
 
 @uncounted_helper
 def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, running,
                starts, block, lanes, partial, lane_sums, sums, lead, lead_at, factors,
-               factors_at, mode, p):
+               factors_at, mode, p, patch):
     """Sum, scale and store the last axis of ``rows`` rows of padded terms (``src`` from
     ``src_at``, rows ``pitch`` apart, read up to a vector past the last row's end; position
     0 a block's start): output o's window from position ``shift + o * s``.  A vector's worth
     of rows at a time, transposed into lanes a segment at a time (``starts`` window starts
     from a multiple of ``block``: see :func:`segments`); Y's rows from ``y_at``, ``y_pitch``
-    apart."""
+    apart (``patch``: see :func:`_store`).  Whether a sum was not finite."""
     width = vector_width(lanes)
+    flagged = False
     for g0 in range(0, rows, width):
         loads = min(width, rows - g0)
         o_a = 0
@@ -279,9 +307,10 @@ def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, 
             for o0 in range(0, count, width):
                 transpose_tile(sums, o0, step, loads, lane_sums, o0 * width, width,
                                min(width, count - o0))
-            _store(y, y_at + g0 * y_pitch + o_a, y_pitch, sums, step, loads, count, lead,
-                   lead_at + g0, factors, factors_at + o_a, mode, p)
+            flagged |= _store(y, y_at + g0 * y_pitch + o_a, y_pitch, sums, step, loads, count,
+                              lead, lead_at + g0, factors, factors_at + o_a, mode, p, patch)
             o_a = o_b
+    return flagged
 
 
 @uncounted_helper
@@ -303,100 +332,172 @@ def _axis(dims, a):
 
 
 @njit
-def _lane_buffers(starts, segment):
-    """The last axis's scratch (see :func:`_last_axis`): a segment's positions in lanes and
-    their prefixes, its outputs' sums in lanes and in rows."""
-    return (np.empty(segment * SLACK, np.float64), np.empty(segment * SLACK, np.float64),
-            np.empty((starts + SLACK) * SLACK, np.float64),
-            np.empty((starts + SLACK) * SLACK, np.float64))
+def _lane_buffers(starts, segment, acc):
+    """The last axis's scratch (see :func:`_last_axis`), of ``acc``'s type: a segment's
+    positions in lanes and their prefixes, its outputs' sums in lanes and in rows."""
+    t = acc.dtype
+    return (np.empty(segment * SLACK, t), np.empty(segment * SLACK, t),
+            np.empty((starts + SLACK) * SLACK, t), np.empty((starts + SLACK) * SLACK, t))
+
+
+@uncounted_helper
+def _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, block, factors, mode, mark, p,
+             rows, ones, lanes, partial, lane_sums, sums, patch):
+    """Rows ``[r0, r1)`` of :func:`block_sums_1d`, a vector's worth at a time, in the type
+    of the buffers; whether a sum was not finite."""
+    n, out, k, s, d, pad, _, running = _axis(dims, 0)
+    width = vector_width(lanes)
+    flagged = False
+    for g0 in range(r0, r1, width):
+        count = min(width, r1 - g0)
+        o_a = 0
+        while o_a < out:
+            q0, o_b, length = _segment(o_a, 0, out, k, s, d, starts, block)
+            for r in range(count):
+                _stage(rows, r * segment, x_flat, (g0 + r) * n, n, 1, 0, 1, pad - q0, length,
+                       mark, p)
+            flagged |= _last_axis(y_flat, g0 * out + o_a, out, rows, 0, segment, count,
+                                  o_a * s - q0, o_b - o_a, k, s, d, running, starts, block,
+                                  lanes, partial, lane_sums, sums, ones, 0, factors[0], o_a,
+                                  mode, p, patch)
+            o_a = o_b
+    return flagged
 
 
 @kernel(error_model="numpy")
-def block_sums_1d(x, y, dims, segments, factors, mode, mark, p, start, stop):
+def block_sums_1d(x, y, dims, segments, factors, mode, mark, p, acc, start, stop):
     """Pool 1-D rows ``[start, stop)`` of ``x`` (rows, input size) into ``y`` (rows, output
     size, Y's element type), a vector's worth of rows at a time, staged with their padding a
     segment at a time: AVERAGE multiplies each window's sum by ``factors[0, o]`` (the
     divisor's inverse), ROOT takes its p-th root.  ``mark`` selects the term of each element
     (poolfold.kernels.window_sum); ``dims`` see the module's rows; ``segments``, the
-    segmentation of the rows (:func:`segments`)."""
-    n, out, k, s, d, pad, _, running = _axis(dims, 0)
+    segmentation of the rows (:func:`segments`); the sums are of ``acc``'s type (float32:
+    a group of rows with a sum that is not finite is summed again in float64, and those
+    outputs stored from there)."""
     starts, segment, block = segments[STARTS], segments[POSITIONS], segments[BLOCK]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    lanes, partial, lane_sums, sums = _lane_buffers(starts, segment)
-    rows = np.empty(SLACK * segment + SLACK, np.float64)
+    narrow = _lane_buffers(starts, segment, acc)
+    rows = np.empty(SLACK * segment + SLACK, acc.dtype)
+    wide = _lane_buffers(0, 0, _WIDE)
+    wide_rows = np.empty(0, np.float64)
     ones = np.ones(SLACK, np.float64)  # the rows' leading factors
-    width = vector_width(lanes)
-    for r0 in range(start, stop, width):
-        count = min(width, stop - r0)
-        o_a = 0
-        while o_a < out:
-            q0, o_b, length = _segment(o_a, 0, out, k, s, d, starts, block)
-            for r in range(count):
-                _stage(rows, r * segment, x_flat, (r0 + r) * n, n, 1, 0, 1, pad - q0, length,
-                       mark, p)
-            _last_axis(y_flat, r0 * out + o_a, out, rows, 0, segment, count, o_a * s - q0,
-                       o_b - o_a, k, s, d, running, starts, block, lanes, partial, lane_sums,
-                       sums, ones, 0, factors[0], o_a, mode, p)
-            o_a = o_b
+    for r0 in range(start, stop, SLACK):
+        r1 = min(stop, r0 + SLACK)
+        if _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, block, factors, mode, mark,
+                    p, rows, ones, *narrow, False) and acc.itemsize == 4:
+            if wide_rows.size == 0:
+                wide = _lane_buffers(starts, segment, _WIDE)
+                wide_rows = np.empty(SLACK * segment + SLACK, np.float64)
+            _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, block, factors, mode, mark,
+                     p, wide_rows, ones, *wide, True)
+
+
+@uncounted_helper
+def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, mark, p, buf,
+              part, row_sums, lanes, partial, lane_sums, sums, patch):
+    """One plane of :func:`block_sums_2d` in the type of the buffers; whether a sum was not
+    finite."""
+    n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a = _axis(dims, 0)
+    n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l = _axis(dims, 1)
+    _rows_of_slice(row_sums, x_flat, x_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len_a, run_a,
+                   pad_l, len_l, buf, part, mark, p)
+    return _last_axis(y_flat, y_at, out_l, row_sums, 0, len_l, out_a, 0, out_l, k_l, s_l, d_l,
+                      run_l, starts, block, lanes, partial, lane_sums, sums, factors[0], 0,
+                      factors[1], 0, mode, p, patch)
+
+
+@njit
+def _plane_buffers_2d(dims, starts, segment, acc):
+    """:func:`_plane_2d`'s scratch of ``acc``'s type (none for a zero ``segment``)."""
+    t = acc.dtype
+    len_a = dims[PADDED, 0] if segment else 0
+    rows = dims[OUT, 0] * dims[PADDED, 1] + SLACK if segment else 0
+    return (np.empty(len_a * COLUMNS, t), np.empty(len_a * COLUMNS, t), np.empty(rows, t),
+            *_lane_buffers(starts, segment, acc))
 
 
 @kernel(error_model="numpy")
-def block_sums_2d(x, y, dims, segments, factors, mode, mark, p, start, stop):
+def block_sums_2d(x, y, dims, segments, factors, mode, mark, p, acc, start, stop):
     """Pool 2-D planes ``[start, stop)`` of ``x`` (planes, input size) into ``y`` (planes,
     output size): the first axis into rows at the last axis's padded pitch, then the last
     axis; AVERAGE multiplies each window's sum by ``factors[0, o0] * factors[1, o1]``.  See
-    :func:`block_sums_1d` for the rest."""
-    n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a = _axis(dims, 0)
-    n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l = _axis(dims, 1)
+    :func:`block_sums_1d` for the rest (a plane with a sum that is not finite in float32 is
+    summed again in float64)."""
     starts, segment, block = segments[STARTS], segments[POSITIONS], segments[BLOCK]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    lanes, partial, lane_sums, sums = _lane_buffers(starts, segment)
-    buf = np.empty(len_a * COLUMNS, np.float64)
-    part = np.empty(buf.size, np.float64)
-    row_sums = np.empty(out_a * len_l + SLACK, np.float64)
-    lead = factors[0]
+    narrow = _plane_buffers_2d(dims, starts, segment, acc)
+    wide = _plane_buffers_2d(dims, 0, 0, _WIDE)
     for plane in range(start, stop):
-        _rows_of_slice(row_sums, x_flat, plane * x.shape[1], n_a, n_l, out_a, k_a, s_a, d_a,
-                       pad_a, len_a, run_a, pad_l, len_l, buf, part, mark, p)
-        _last_axis(y_flat, plane * y.shape[1], out_l, row_sums, 0, len_l, out_a, 0, out_l,
-                   k_l, s_l, d_l, run_l, starts, block, lanes, partial, lane_sums, sums, lead,
-                   0, factors[1], 0, mode, p)
+        x_at, y_at = plane * x.shape[1], plane * y.shape[1]
+        if _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, mark, p,
+                     *narrow, False) and acc.itemsize == 4:
+            if wide[2].size == 0:
+                wide = _plane_buffers_2d(dims, starts, segment, _WIDE)
+            _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, mark, p,
+                      *wide, True)
 
 
-@kernel(error_model="numpy")
-def block_sums_3d(x, y, dims, segments, factors, mode, mark, p, start, stop):
-    """Pool 3-D planes ``[start, stop)`` of ``x`` into ``y``: the first axis into a float64
-    plane of its sums, then each of its slices as :func:`block_sums_2d` pools a plane of
-    float64 terms; AVERAGE multiplies each window's sum by the product of its axes'
-    ``factors[axis, o]``."""
+@uncounted_helper
+def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, mark, p, lead,
+              buf, part, row_sums, sums0, lanes, partial, lane_sums, sums, patch):
+    """One plane of :func:`block_sums_3d` in the type of the buffers; whether a sum was not
+    finite."""
     n_0, out_0, k_0, s_0, d_0, pad_0, len_0, run_0 = _axis(dims, 0)
     n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a = _axis(dims, 1)
     n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l = _axis(dims, 2)
+    slice_in = n_a * n_l
+    _leading_axis(sums0, 0, slice_in, x_flat, x_at, n_0, slice_in, slice_in, out_0, k_0, s_0,
+                  d_0, pad_0, len_0, run_0, buf, part, mark, p)
+    flagged = False
+    for o0 in range(out_0):
+        for o in range(out_a):
+            lead[o] = factors[0, o0] * factors[1, o]
+        _rows_of_slice(row_sums, sums0, o0 * slice_in, n_a, n_l, out_a, k_a, s_a, d_a, pad_a,
+                       len_a, run_a, pad_l, len_l, buf, part, _SUMS, p)
+        flagged |= _last_axis(y_flat, y_at + o0 * out_a * out_l, out_l, row_sums, 0, len_l,
+                              out_a, 0, out_l, k_l, s_l, d_l, run_l, starts, block, lanes,
+                              partial, lane_sums, sums, lead, 0, factors[2], 0, mode, p, patch)
+    return flagged
+
+
+@njit
+def _plane_buffers_3d(dims, starts, segment, acc):
+    """:func:`_plane_3d`'s scratch of ``acc``'s type (none for a zero ``segment``)."""
+    t = acc.dtype
+    longest = max(dims[PADDED, 0], dims[PADDED, 1]) if segment else 0
+    rows = dims[OUT, 1] * dims[PADDED, 2] + SLACK if segment else 0
+    sums0 = dims[OUT, 0] * dims[N, 1] * dims[N, 2] if segment else 0
+    return (np.empty(longest * COLUMNS, t), np.empty(longest * COLUMNS, t), np.empty(rows, t),
+            np.empty(sums0, t), *_lane_buffers(starts, segment, acc))
+
+
+@kernel(error_model="numpy")
+def block_sums_3d(x, y, dims, segments, factors, mode, mark, p, acc, start, stop):
+    """Pool 3-D planes ``[start, stop)`` of ``x`` into ``y``: the first axis into a plane of
+    its sums, then each of its slices as :func:`block_sums_2d` pools a plane of terms;
+    AVERAGE multiplies each window's sum by the product of its axes' ``factors[axis, o]``.
+    See :func:`block_sums_1d` for the rest (a plane with a sum that is not finite in float32
+    is summed again in float64)."""
     starts, segment, block = segments[STARTS], segments[POSITIONS], segments[BLOCK]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    lanes, partial, lane_sums, sums = _lane_buffers(starts, segment)
-    buf = np.empty(max(len_a, len_0) * COLUMNS, np.float64)
-    part = np.empty(buf.size, np.float64)
-    row_sums = np.empty(out_a * len_l + SLACK, np.float64)
-    lead = np.empty(out_a, np.float64)
-    slice_in = n_a * n_l
-    sums0 = np.empty(out_0 * slice_in, np.float64)
+    lead = np.empty(dims[OUT, 1], np.float64)
+    narrow = _plane_buffers_3d(dims, starts, segment, acc)
+    wide = _plane_buffers_3d(dims, 0, 0, _WIDE)
     for plane in range(start, stop):
-        y_at = plane * y.shape[1]
-        _leading_axis(sums0, 0, slice_in, x_flat, plane * x.shape[1], n_0, slice_in, slice_in,
-                      out_0, k_0, s_0, d_0, pad_0, len_0, run_0, buf, part, mark, p)
-        for o0 in range(out_0):
-            for o in range(out_a):
-                lead[o] = factors[0, o0] * factors[1, o]
-            _rows_of_slice(row_sums, sums0, o0 * slice_in, n_a, n_l, out_a, k_a, s_a, d_a,
-                           pad_a, len_a, run_a, pad_l, len_l, buf, part, _SUMS, p)
-            _last_axis(y_flat, y_at + o0 * out_a * out_l, out_l, row_sums, 0, len_l, out_a, 0,
-                       out_l, k_l, s_l, d_l, run_l, starts, block, lanes, partial, lane_sums,
-                       sums, lead, 0, factors[2], 0, mode, p)
+        x_at, y_at = plane * x.shape[1], plane * y.shape[1]
+        if _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, mark, p,
+                     lead, *narrow, False) and acc.itemsize == 4:
+            if wide[2].size == 0:
+                wide = _plane_buffers_3d(dims, starts, segment, _WIDE)
+            _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, mark, p,
+                      lead, *wide, True)
 
+
+# The float64 scratch's type marker (a float32 sum that is not finite is taken again in it).
+_WIDE = np.empty(0, np.float64)
 
 # The term marker of sums already taken (window_sum's VALUE: each element as it is).
 _SUMS = np.empty(0, np.int8)

@@ -172,6 +172,9 @@ def takes_row_terms(dtype: np.dtype, kind: str, p: float) -> bool:
     return np.dtype(dtype).itemsize <= 4 and not is_scaled(kind, dtype, p) and p in (1.0, 2.0)
 
 
+# The block sums' accumulator types, told to the kernels by a marker array's type.
+_FLOAT32_SUMS, _FLOAT64_SUMS = np.empty(0, np.float32), np.empty(0, np.float64)
+
 # The block sums' kernel per spatial rank (window_blocks).
 BLOCK_SUM_KERNELS = {1: window_blocks.block_sums_1d, 2: window_blocks.block_sums_2d,
                      3: window_blocks.block_sums_3d}
@@ -180,9 +183,9 @@ BLOCK_SUM_KERNELS = {1: window_blocks.block_sums_1d, 2: window_blocks.block_sums
 def takes_block_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float,
                      channels: int) -> bool:
     """Whether :func:`pool_windows` sums by block sums (:mod:`poolfold.kernels.window_blocks`):
-    one element per position, spatial rank 1 to 3, X of at most 4 bytes (summed in float64,
-    which its terms cannot overflow: not LpPool's scaled sums), over a window the row sums
-    do not take.  Depends on the window, the type and the layout alone, never on the size
+    one element per position, spatial rank 1 to 3, X of at most 4 bytes (averages summed in
+    float32, and in float64 where that is not finite; LpPool's terms in float64, which they
+    cannot overflow: not its scaled sums), over a window the row sums do not take.  Depends on the window, the type and the layout alone, never on the size
     of the tensor: a slab of it (poolfold.dask) takes the same path."""
     return (channels == 1 and plan.rank in BLOCK_SUM_KERNELS
             and np.dtype(dtype).itemsize <= 4 and not is_scaled(kind, dtype, p)
@@ -214,6 +217,7 @@ def _check_block_scratch(label: str, plan: WindowPlan, running: tuple[bool, ...]
     slack = window_blocks.SLACK
     starts, positions = segments[window_blocks.STARTS], segments[window_blocks.POSITIONS]
     need = 3 * positions * slack + 2 * (starts + slack) * slack + slack
+    need *= 2  # float32 sums, and float64 again for a plane whose float32 sum is not finite
     if plan.rank > 1:
         need += (2 * int(padded.max()) * window_blocks.COLUMNS
                  + plan.out_shape[-2] * int(padded[-1]) + slack)
@@ -529,8 +533,11 @@ class _WindowsLaunch(_Launch):
             _check_block_scratch(label, plan, running, segments)
             self.kernel = BLOCK_SUM_KERNELS[plan.rank]
             self.count, self.flat = layout.outer, False
+            # averages sum in float32 (a sum that is not finite is taken again in float64);
+            # LpPool's terms |x|^p would lose their small values to float32's range
+            accumulator = _FLOAT32_SUMS if average else _FLOAT64_SUMS
             self.arguments = (block_sum_dims(plan, running), segments, tables.axis_inverse,
-                              mode, term_marker(transform), float(p))
+                              mode, term_marker(transform), float(p), accumulator)
             self.parts = split_parts(self.count, work, threads)
             return
         block = channel_block_for(plan, layout.channels) if channel_block is None else min(
