@@ -418,7 +418,7 @@ def test_block_sums_match_oracle(kind, case, monkeypatch):
     kernels = averaging.BLOCK_SUM_KERNELS
     fresh_launches(monkeypatch)
     monkeypatch.setattr(averaging, "BLOCK_SUM_KERNELS", {
-        rank: (lambda *args, kernel=kernel: ran.append(args[2]) or kernel(*args))
+        rank: (lambda *args, kernel=kernel: ran.append(args[3]) or kernel(*args))
         for rank, kernel in kernels.items()})
     x = case.data()
     if kind == "lp":

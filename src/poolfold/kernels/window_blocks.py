@@ -33,8 +33,10 @@ k - j), and the axes nest, so the whole window's sum has depth at most ``sum(k_a
 before Y's one rounding.  A float64 sum of float32 terms cannot overflow; a float32 one can,
 where the average does not: a plane (1-D: a group of rows) with a float32 sum that is not
 finite is summed again in float64, and the averages Y then holds as inf or NaN, only, are
-stored from there (a window with an inf or a NaN gives the same either way).  So each
-average depends on its window's values alone, whichever planes are pooled together.  A NaN
+stored from there (a window with an inf or a NaN gives the same either way): the kernels
+mark such planes in ``flagged``, and the op layer runs them again with float64 sums and
+``patch`` (the float64 kernel is compiled only when a call first needs it).  So each average
+depends on its window's values alone, whichever planes are pooled together.  A NaN
 is stored as one quiet NaN: LLVM may take a sum's operands in either order, and which of two
 NaNs an x86 sum keeps depends on it.
 
@@ -365,32 +367,36 @@ def _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, block, factors, mode
 
 
 @kernel(error_model="numpy")
-def block_sums_1d(x, y, dims, segments, factors, mode, mark, p, acc, start, stop):
+def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, patch, start,
+                  stop):
     """Pool 1-D rows ``[start, stop)`` of ``x`` (rows, input size) into ``y`` (rows, output
     size, Y's element type), a vector's worth of rows at a time, staged with their padding a
     segment at a time: AVERAGE multiplies each window's sum by ``factors[0, o]`` (the
     divisor's inverse), ROOT takes its p-th root.  ``mark`` selects the term of each element
     (poolfold.kernels.window_sum); ``dims`` see the module's rows; ``segments``, the
-    segmentation of the rows (:func:`segments`); the sums are of ``acc``'s type (float32:
-    a group of rows with a sum that is not finite is summed again in float64, and those
-    outputs stored from there)."""
+    segmentation of the rows (:func:`segments`); the sums are of ``acc``'s type.  A row of a
+    group of rows with a sum that is not finite is marked in ``flagged``; with ``patch``,
+    only the groups holding a marked row are summed, and only the averages Y holds as inf or
+    NaN stored (a float64 redo of float32 sums: see the module's docstring)."""
     starts, segment, block = segments[STARTS], segments[POSITIONS], segments[BLOCK]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    narrow = _lane_buffers(starts, segment, acc)
+    lanes, partial, lane_sums, sums = _lane_buffers(starts, segment, acc)
     rows = np.empty(SLACK * segment + SLACK, acc.dtype)
-    wide = _lane_buffers(0, 0, _WIDE)
-    wide_rows = np.empty(0, np.float64)
     ones = np.ones(SLACK, np.float64)  # the rows' leading factors
     for r0 in range(start, stop, SLACK):
         r1 = min(stop, r0 + SLACK)
-        if _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, block, factors, mode, mark,
-                    p, rows, ones, *narrow, False) and acc.itemsize == 4:
-            if wide_rows.size == 0:
-                wide = _lane_buffers(starts, segment, _WIDE)
-                wide_rows = np.empty(SLACK * segment + SLACK, np.float64)
-            _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, block, factors, mode, mark,
-                     p, wide_rows, ones, *wide, True)
+        if patch:
+            marked = False
+            for r in range(r0, r1):
+                marked |= flagged[r] != 0
+            if marked:
+                _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, block, factors, mode,
+                         mark, p, rows, ones, lanes, partial, lane_sums, sums, True)
+        elif _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, block, factors, mode,
+                      mark, p, rows, ones, lanes, partial, lane_sums, sums, False):
+            for r in range(r0, r1):
+                flagged[r] = 1
 
 
 @uncounted_helper
@@ -409,34 +415,33 @@ def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, ma
 
 @njit
 def _plane_buffers_2d(dims, starts, segment, acc):
-    """:func:`_plane_2d`'s scratch of ``acc``'s type (none for a zero ``segment``)."""
+    """:func:`_plane_2d`'s scratch of ``acc``'s type."""
     t = acc.dtype
-    len_a = dims[PADDED, 0] if segment else 0
-    rows = dims[OUT, 0] * dims[PADDED, 1] + SLACK if segment else 0
+    len_a = dims[PADDED, 0]
+    rows = dims[OUT, 0] * dims[PADDED, 1] + SLACK
     return (np.empty(len_a * COLUMNS, t), np.empty(len_a * COLUMNS, t), np.empty(rows, t),
             *_lane_buffers(starts, segment, acc))
 
 
 @kernel(error_model="numpy")
-def block_sums_2d(x, y, dims, segments, factors, mode, mark, p, acc, start, stop):
+def block_sums_2d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, patch, start,
+                  stop):
     """Pool 2-D planes ``[start, stop)`` of ``x`` (planes, input size) into ``y`` (planes,
     output size): the first axis into rows at the last axis's padded pitch, then the last
     axis; AVERAGE multiplies each window's sum by ``factors[0, o0] * factors[1, o1]``.  See
-    :func:`block_sums_1d` for the rest (a plane with a sum that is not finite in float32 is
-    summed again in float64)."""
+    :func:`block_sums_1d` for the rest (``flagged`` marks planes)."""
     starts, segment, block = segments[STARTS], segments[POSITIONS], segments[BLOCK]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    narrow = _plane_buffers_2d(dims, starts, segment, acc)
-    wide = _plane_buffers_2d(dims, 0, 0, _WIDE)
+    buf, part, row_sums, lanes, partial, lane_sums, sums = _plane_buffers_2d(
+        dims, starts, segment, acc)
     for plane in range(start, stop):
-        x_at, y_at = plane * x.shape[1], plane * y.shape[1]
-        if _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, mark, p,
-                     *narrow, False) and acc.itemsize == 4:
-            if wide[2].size == 0:
-                wide = _plane_buffers_2d(dims, starts, segment, _WIDE)
-            _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, mark, p,
-                      *wide, True)
+        if patch and flagged[plane] == 0:
+            continue
+        if _plane_2d(x_flat, plane * x.shape[1], y_flat, plane * y.shape[1], dims, starts,
+                     block, factors, mode, mark, p, buf, part, row_sums, lanes, partial,
+                     lane_sums, sums, patch):
+            flagged[plane] = 1
 
 
 @uncounted_helper
@@ -464,40 +469,36 @@ def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, ma
 
 @njit
 def _plane_buffers_3d(dims, starts, segment, acc):
-    """:func:`_plane_3d`'s scratch of ``acc``'s type (none for a zero ``segment``)."""
+    """:func:`_plane_3d`'s scratch of ``acc``'s type."""
     t = acc.dtype
-    longest = max(dims[PADDED, 0], dims[PADDED, 1]) if segment else 0
-    rows = dims[OUT, 1] * dims[PADDED, 2] + SLACK if segment else 0
-    sums0 = dims[OUT, 0] * dims[N, 1] * dims[N, 2] if segment else 0
+    longest = max(dims[PADDED, 0], dims[PADDED, 1])
+    rows = dims[OUT, 1] * dims[PADDED, 2] + SLACK
+    sums0 = dims[OUT, 0] * dims[N, 1] * dims[N, 2]
     return (np.empty(longest * COLUMNS, t), np.empty(longest * COLUMNS, t), np.empty(rows, t),
             np.empty(sums0, t), *_lane_buffers(starts, segment, acc))
 
 
 @kernel(error_model="numpy")
-def block_sums_3d(x, y, dims, segments, factors, mode, mark, p, acc, start, stop):
+def block_sums_3d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, patch, start,
+                  stop):
     """Pool 3-D planes ``[start, stop)`` of ``x`` into ``y``: the first axis into a plane of
     its sums, then each of its slices as :func:`block_sums_2d` pools a plane of terms;
     AVERAGE multiplies each window's sum by the product of its axes' ``factors[axis, o]``.
-    See :func:`block_sums_1d` for the rest (a plane with a sum that is not finite in float32
-    is summed again in float64)."""
+    See :func:`block_sums_1d` for the rest (``flagged`` marks planes)."""
     starts, segment, block = segments[STARTS], segments[POSITIONS], segments[BLOCK]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
     lead = np.empty(dims[OUT, 1], np.float64)
-    narrow = _plane_buffers_3d(dims, starts, segment, acc)
-    wide = _plane_buffers_3d(dims, 0, 0, _WIDE)
+    buf, part, row_sums, sums0, lanes, partial, lane_sums, sums = _plane_buffers_3d(
+        dims, starts, segment, acc)
     for plane in range(start, stop):
-        x_at, y_at = plane * x.shape[1], plane * y.shape[1]
-        if _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, mark, p,
-                     lead, *narrow, False) and acc.itemsize == 4:
-            if wide[2].size == 0:
-                wide = _plane_buffers_3d(dims, starts, segment, _WIDE)
-            _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, mark, p,
-                      lead, *wide, True)
+        if patch and flagged[plane] == 0:
+            continue
+        if _plane_3d(x_flat, plane * x.shape[1], y_flat, plane * y.shape[1], dims, starts,
+                     block, factors, mode, mark, p, lead, buf, part, row_sums, sums0, lanes,
+                     partial, lane_sums, sums, patch):
+            flagged[plane] = 1
 
-
-# The float64 scratch's type marker (a float32 sum that is not finite is taken again in it).
-_WIDE = np.empty(0, np.float64)
 
 # The term marker of sums already taken (window_sum's VALUE: each element as it is).
 _SUMS = np.empty(0, np.int8)

@@ -217,7 +217,6 @@ def _check_block_scratch(label: str, plan: WindowPlan, running: tuple[bool, ...]
     slack = window_blocks.SLACK
     starts, positions = segments[window_blocks.STARTS], segments[window_blocks.POSITIONS]
     need = 3 * positions * slack + 2 * (starts + slack) * slack + slack
-    need *= 2  # float32 sums, and float64 again for a plane whose float32 sum is not finite
     if plan.rank > 1:
         need += (2 * int(padded.max()) * window_blocks.COLUMNS
                  + plan.out_shape[-2] * int(padded[-1]) + slack)
@@ -445,6 +444,8 @@ class _Launch:
     work = None
     flat = False  # the kernel takes X and Y as flat arrays
     y_rows = False  # ...or Y as one value per plane
+    flags = False  # the kernel marks its items in an array after Y (the block sums)
+    redo_arguments = None  # the block sums' float64 redo of the marked items
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         y = allocate(self.label, "Y", self.out_shape, self.dtype, size_checked=True)
@@ -454,8 +455,21 @@ class _Launch:
             return y
         xs = kernel_rows(x, self.outer, self.value_type)
         ys = as_rows(y, self.outer, self.value_type)
-        self.bound(*self._arrays(xs, ys))
+        if not self.flags:
+            self.bound(*self._arrays(xs, ys))
+            return y
+        flagged = np.zeros(self.count, np.int8)
+        self.bound(xs, ys, flagged)
+        if self.redo_arguments is not None and flagged.any():
+            self.redo(xs, ys, flagged)
         return y
+
+    @functools.cached_property
+    def redo(self) -> BoundLaunch:
+        """The block sums again in float64 over the items whose float32 sums were not
+        finite, storing the averages Y holds as inf or NaN (compiled on its first need)."""
+        return BoundLaunch(self.kernel, self.count, self.redo_arguments, self.parts,
+                           self.work, Crew())
 
     @functools.cached_property
     def bound(self) -> BoundLaunch:
@@ -533,11 +547,14 @@ class _WindowsLaunch(_Launch):
             _check_block_scratch(label, plan, running, segments)
             self.kernel = BLOCK_SUM_KERNELS[plan.rank]
             self.count, self.flat = layout.outer, False
-            # averages sum in float32 (a sum that is not finite is taken again in float64);
-            # LpPool's terms |x|^p would lose their small values to float32's range
-            accumulator = _FLOAT32_SUMS if average else _FLOAT64_SUMS
-            self.arguments = (block_sum_dims(plan, running), segments, tables.axis_inverse,
-                              mode, term_marker(transform), float(p), accumulator)
+            # averages sum in float32, a plane whose float32 sum is not finite again in
+            # float64 (redo); LpPool's terms |x|^p would lose their small values to float32's
+            # range: float64 throughout
+            shared = (block_sum_dims(plan, running), segments, tables.axis_inverse, mode,
+                      term_marker(transform), float(p))
+            self.arguments = (*shared, _FLOAT32_SUMS if average else _FLOAT64_SUMS, False)
+            self.redo_arguments = (*shared, _FLOAT64_SUMS, True) if average else None
+            self.flags = True
             self.parts = split_parts(self.count, work, threads)
             return
         block = channel_block_for(plan, layout.channels) if channel_block is None else min(
