@@ -66,7 +66,9 @@ class PoolfoldRep(BackendRep):
     it in words.  With
     ``other_ops="reference"`` it is one step, the whole model on the reference evaluator.
     ``constants`` holds the initializers poolfold's nodes or the graph's outputs read (the
-    sessions carry their own)."""
+    sessions carry their own).  ``one_session``: whether the whole model runs as one
+    onnxruntime session with poolfold's nodes inside it as custom ops (each stretch's
+    ``session`` is then that one; see :mod:`poolfold.session_ops`)."""
 
     def __init__(self, model: onnx.ModelProto, inferred_shape_indices: bool = False,
                  other_ops: str = REFERENCE, session: dict | None = None,
