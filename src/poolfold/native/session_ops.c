@@ -5,7 +5,7 @@
  * calls RegisterCustomOps, which adds the ops declared since the last pf_begin: one op per
  * node, with the node's exact input and output types, in a domain of its own.  Each op's
  * kernel hands its node number and onnxruntime's kernel context to the callback, which reads
- * the inputs through pf_input and asks for each output through pf_output.
+ * the inputs through pf_inputs and asks for each output through pf_output.
  *
  * Only onnxruntime's C ABI is used, declared here from its documented layout: the OrtApi
  * table is read by slot (each slot has kept its place since the API's first version; the
@@ -85,7 +85,6 @@ typedef struct NodeOp {
     struct NodeOp *next;
 } NodeOp;
 
-typedef OrtStatus *(*StatusFn)();
 typedef int (*Callback)(int64_t node, OrtKernelContext *context);
 
 static OrtApiTable api;
@@ -99,9 +98,15 @@ static NodeOp *declared; /* the ops the next RegisterCustomOps adds, last declar
 
 static const char *op_name(const OrtCustomOp *op) { return ((const NodeOp *)op)->name; }
 static const char *cpu_provider(const OrtCustomOp *op) { (void)op; return NULL; }
-static int input_type(const OrtCustomOp *op, size_t i) { return ((const NodeOp *)op)->input_types[i]; }
+static int input_type(const OrtCustomOp *op, size_t i)
+{
+    return ((const NodeOp *)op)->input_types[i];
+}
 static size_t input_count(const OrtCustomOp *op) { return ((const NodeOp *)op)->inputs; }
-static int output_type(const OrtCustomOp *op, size_t i) { return ((const NodeOp *)op)->output_types[i]; }
+static int output_type(const OrtCustomOp *op, size_t i)
+{
+    return ((const NodeOp *)op)->output_types[i];
+}
 static size_t output_count(const OrtCustomOp *op) { return ((const NodeOp *)op)->outputs; }
 static int required(const OrtCustomOp *op, size_t i) { (void)op; (void)i; return 0; }
 static int default_memory(const OrtCustomOp *op, size_t i) { (void)op; (void)i; return 0; }
@@ -196,38 +201,53 @@ EXPORT OrtStatus *RegisterCustomOps(OrtSessionOptions *options, const OrtApiBase
     api17 = base->GetApi(17);
     OrtCustomOpDomain *domain = NULL;
     OrtStatus *status = CALL(SLOT_CREATE_CUSTOM_OP_DOMAIN,
-                             StatusFn)(domain_name, &domain);
+                             OrtStatus *(*)(const char *, OrtCustomOpDomain **))(
+        domain_name, &domain);
     for (NodeOp *op = declared; status == NULL && op != NULL; op = op->next)
-        status = CALL(SLOT_CUSTOM_OP_DOMAIN_ADD, StatusFn)(domain, &op->base);
+        status = CALL(SLOT_CUSTOM_OP_DOMAIN_ADD,
+                      OrtStatus *(*)(OrtCustomOpDomain *, const OrtCustomOp *))(domain,
+                                                                                &op->base);
     if (status == NULL)
-        status = CALL(SLOT_ADD_CUSTOM_OP_DOMAIN, StatusFn)(options, domain);
+        status = CALL(SLOT_ADD_CUSTOM_OP_DOMAIN,
+                      OrtStatus *(*)(OrtSessionOptions *, OrtCustomOpDomain *))(options,
+                                                                                domain);
     declared = NULL;
     return status;
 }
 
 /* Input `index` of a kernel's call: its data, element type and shape (up to `max_rank`
  * dims); 0 on success. */
-EXPORT int pf_input(OrtKernelContext *context, size_t index, void **data, int *type, int64_t *dims,
-             size_t max_rank, size_t *rank)
+static int pf_input(OrtKernelContext *context, size_t index, void **data, int *type,
+                    int64_t *dims, size_t max_rank, size_t *rank)
 {
     const OrtValue *value = NULL;
     OrtTensorTypeAndShapeInfo *info = NULL;
     int failed = 0;
-    OrtStatus *status = CALL(SLOT_KERNEL_CONTEXT_GET_INPUT, StatusFn)(context, index, &value);
+    OrtStatus *status = CALL(SLOT_KERNEL_CONTEXT_GET_INPUT,
+                             OrtStatus *(*)(const OrtKernelContext *, size_t,
+                                            const OrtValue **))(context, index, &value);
     if (status == NULL)
-        status = CALL(SLOT_GET_TENSOR_TYPE_AND_SHAPE, StatusFn)(value, &info);
+        status = CALL(SLOT_GET_TENSOR_TYPE_AND_SHAPE,
+                      OrtStatus *(*)(const OrtValue *, OrtTensorTypeAndShapeInfo **))(value,
+                                                                                      &info);
     if (status == NULL)
-        status = CALL(SLOT_GET_TENSOR_ELEMENT_TYPE, StatusFn)(info, type);
+        status = CALL(SLOT_GET_TENSOR_ELEMENT_TYPE,
+                      OrtStatus *(*)(const OrtTensorTypeAndShapeInfo *, int *))(info, type);
     if (status == NULL)
-        status = CALL(SLOT_GET_DIMENSIONS_COUNT, StatusFn)(info, rank);
+        status = CALL(SLOT_GET_DIMENSIONS_COUNT,
+                      OrtStatus *(*)(const OrtTensorTypeAndShapeInfo *, size_t *))(info, rank);
     if (status == NULL && *rank > max_rank)
         failed = 1;
     if (status == NULL && !failed)
-        status = CALL(SLOT_GET_DIMENSIONS, StatusFn)(info, dims, *rank);
+        status = CALL(SLOT_GET_DIMENSIONS,
+                      OrtStatus *(*)(const OrtTensorTypeAndShapeInfo *, int64_t *, size_t))(
+            info, dims, *rank);
     if (status == NULL && !failed)
-        status = CALL(SLOT_GET_TENSOR_MUTABLE_DATA, StatusFn)((OrtValue *)value, data);
+        status = CALL(SLOT_GET_TENSOR_MUTABLE_DATA, OrtStatus *(*)(OrtValue *, void **))(
+            (OrtValue *)value, data);
     if (info != NULL)
-        CALL(SLOT_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO, void (*)(OrtTensorTypeAndShapeInfo *))(info);
+        CALL(SLOT_RELEASE_TENSOR_TYPE_AND_SHAPE_INFO,
+             void (*)(OrtTensorTypeAndShapeInfo *))(info);
     if (status != NULL) {
         CALL(SLOT_RELEASE_STATUS, void (*)(OrtStatus *))(status);
         return 1;
@@ -260,10 +280,12 @@ EXPORT int pf_output(OrtKernelContext *context, size_t index, const int64_t *dim
 {
     OrtValue *value = NULL;
     *data = NULL;
-    OrtStatus *status = CALL(SLOT_KERNEL_CONTEXT_GET_OUTPUT, StatusFn)(context, index, dims,
-                                                                         rank, &value);
+    OrtStatus *status = CALL(SLOT_KERNEL_CONTEXT_GET_OUTPUT,
+                             OrtStatus *(*)(OrtKernelContext *, size_t, const int64_t *, size_t,
+                                            OrtValue **))(context, index, dims, rank, &value);
     if (status == NULL)
-        status = CALL(SLOT_GET_TENSOR_MUTABLE_DATA, StatusFn)(value, data);
+        status = CALL(SLOT_GET_TENSOR_MUTABLE_DATA, OrtStatus *(*)(OrtValue *, void **))(value,
+                                                                                   data);
     if (status != NULL) {
         CALL(SLOT_RELEASE_STATUS, void (*)(OrtStatus *))(status);
         return 1;
@@ -293,7 +315,8 @@ EXPORT void pf_parallel(OrtKernelContext *context, int64_t entry, int64_t frame,
     Job job = {(void (*)(void *))(intptr_t)entry, (void *)(intptr_t)frame};
     OrtStatus *status = NULL;
     if (api17 != NULL)
-        status = ((StatusFn)api17[SLOT_KERNEL_CONTEXT_PARALLEL_FOR])(
+        status = ((OrtStatus * (*)(const OrtKernelContext *, void (*)(void *, size_t), size_t,
+                                   size_t, void *))api17[SLOT_KERNEL_CONTEXT_PARALLEL_FOR])(
             context, run_job, (size_t)threads, (size_t)0, (void *)&job);
     if (api17 == NULL || status != NULL) {
         if (status != NULL)
