@@ -235,23 +235,21 @@ def _store(y, y_at, y_pitch, sums, pitch, rows, count, lead, lead_at, factors, f
     """Y's ``rows`` rows (``y_pitch`` apart) of ``count`` outputs from ``sums`` (rows
     ``pitch`` apart): the sum times ``lead[lead_at + r] * factors[factors_at + o]``
     (AVERAGE), its p-th root (ROOT) or itself, a NaN as one quiet NaN, rounded to Y's
-    type.  ``patch``: only the outputs Y holds as inf or NaN are stored (a float64 redo
-    of float32 sums).  Whether a sum was not finite."""
+    type.  ``patch`` (a float64 redo of float32 averages): only the averages Y holds as inf
+    or NaN are stored.  Whether an average's sum was not finite (the flag a redo follows;
+    LpPool's float64 sums are never redone)."""
     u = np.uint64
     nan = np.nan
     if patch:
         for r in range(rows):
             at = u(r * pitch)
             to = u(y_at + r * y_pitch)
+            scale = lead[lead_at + r]
             for o in range(count):
                 held = widen(y[to + u(o)])
                 if held - held == 0.0:  # finite: the float32 sum stands
                     continue
-                v = np.float64(sums[at + u(o)])
-                if mode == AVERAGE:
-                    v = v * lead[lead_at + r] * factors[u(factors_at + o)]
-                elif mode == ROOT:
-                    v = np.sqrt(v) if p == 2.0 else (v if p == 1.0 else v ** (1.0 / p))
+                v = np.float64(sums[at + u(o)]) * scale * factors[u(factors_at + o)]
                 y[to + u(o)] = narrow_to(v if v == v else nan, y)
         return False
     flagged = 0
