@@ -431,6 +431,41 @@ def test_block_sums_match_oracle(kind, case, monkeypatch):
     oracle.assert_within_bound(got, want, info, case.dtype, kind)
 
 
+# 1-D averages whose windows overlap by half or more go to the block sums, which sum the row
+# by doubling (ops/averaging.py, doubles_rows); the rest stay with the row sums.
+DOUBLED_ROW_CASES = [
+    (Case((2, 3, 500), [3], auto_pad="SAME_UPPER", specials=True, name="k3"), True),
+    (Case((1, 4, 700), [8], strides=[4], pads=[3, 3], dtype=F16, name="k8-s4"), True),
+    (Case((1, 2, 2100), [2], count_include_pad=1, pads=[1, 0], dtype=BF16, specials=True,
+          name="k2-segments"), True),
+    (Case((1, 3, 300), [13], dilations=[2], strides=[5], ceil_mode=1, pads=[4, 9],
+          name="k13-d2-s5"), True),
+    (Case((1, 3, 300), [3], strides=[2], name="k3-s2"), False),
+]
+for _i, (_c, _) in enumerate(DOUBLED_ROW_CASES):
+    _c.seed = 5100 + _i
+
+
+@pytest.mark.parametrize("case, doubled", DOUBLED_ROW_CASES,
+                         ids=[c.name for c, _ in DOUBLED_ROW_CASES])
+def test_short_1d_windows_are_summed_by_doubling(case, doubled, monkeypatch):
+    from poolfold.ops import averaging
+
+    ran = []
+    kernels = averaging.BLOCK_SUM_KERNELS
+    fresh_launches(monkeypatch)
+    monkeypatch.setattr(averaging, "BLOCK_SUM_KERNELS", {
+        rank: (lambda *args, kernel=kernel: ran.append(args[3]) or kernel(*args))
+        for rank, kernel in kernels.items()})
+    x = case.data()
+    got = pooled("average", case, x)
+    assert bool(ran) == doubled
+    if doubled:
+        assert ran[0][window_blocks.RUNNING, 0] == 1
+    want, info = pooled("average", case, x, by=oracle)
+    oracle.assert_within_bound(got, want, info, case.dtype, "average")
+
+
 @pytest.mark.parametrize("shape, kernel", [((2, 3, 900), [70]), ((1, 2, 40, 50), [25, 31]),
                                            ((1, 2, 20, 21, 22), [9, 9, 9])])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
@@ -455,13 +490,12 @@ def test_block_sums_past_float32_are_taken_again_in_float64(shape, kernel, dtype
 
 @pytest.mark.parametrize("rank", [1, 2])
 def test_block_sums_of_a_row_do_not_depend_on_its_segments(rank):
-    """A long row's block sums are taken a segment at a time, each segment starting at a
-    block's start, so that its windows are summed as the row's blocks place them: they have
-    the bits of the same windows in a row that starts at one of those blocks' starts and is
-    short enough for one segment.  A stride that puts segments' first windows off the
-    blocks' starts; small integers among values of 2^60 (exact in float32), so that how a
-    window's sum is grouped shows in Y (2^60 + 1 is 2^60 in float64), where the rounding of
-    ordinary values would vanish in Y's float32."""
+    """A long row's last axis is summed by doubling a segment at a time: each window's sum
+    is grouped by its taps' places in the window alone, so it has the bits of the same
+    window in a short row (one segment) that starts anywhere.  A stride; small integers
+    among values of 2^60 (exact in float32), so that how a window's sum is grouped shows in
+    Y (2^60 + 1 is 2^60 in float64), where the rounding of ordinary values would vanish in
+    Y's float32."""
     rng = np.random.default_rng(7)
     shape = (1, 9) + (3,) * (rank - 1) + (6000,)
     x = rng.integers(-3, 4, shape).astype(np.float32)
@@ -472,7 +506,7 @@ def test_block_sums_of_a_row_do_not_depend_on_its_segments(rank):
     kernel, strides = [1] * (rank - 1) + [k], [1] * (rank - 1) + [s]
     assert window_blocks.segments(k, 1, True, 6000)[window_blocks.STARTS] > (m - 1) * s
     whole = poolfold.average_pool(x, kernel, strides=strides)
-    for start in (0, 2 * k, 6 * k, 20 * k, 40 * k):  # block starts, at even positions
+    for start in (0, 2, 36, 2 * k, 1030, 2052, 4000):  # even: a window of the whole row's
         short = poolfold.average_pool(x[..., start:start + (m - 1) * s + k], kernel,
                                       strides=strides)
         o = start // s

@@ -19,7 +19,7 @@ import poolfold  # noqa: E402
 import poolfold.dask as pdask  # noqa: E402
 from poolfold import schema  # noqa: E402
 from poolfold.dask.averaging import slab_plan  # noqa: E402
-from poolfold.ops.averaging import running_sum_axes, window_tables  # noqa: E402
+from poolfold.ops.averaging import row_start_axes, running_sum_axes, window_tables  # noqa: E402
 from poolfold.ops.max_pool import resolve_plan  # noqa: E402
 
 THREADS = {"scheduler": "threads"}
@@ -194,36 +194,43 @@ def test_overhang_divisor_on_every_slab():
 
 
 def test_running_sums_keep_axes_whole_and_match_bits():
-    """float32 windows of many overlapping taps are summed from partial sums over blocks of k
-    taps in memory, blocks that start where the row starts: pooling slabs on their own may
-    round differently, the chunked op keeps such axes whole and does not."""
+    """float32 windows of many overlapping taps along a leading axis are summed from partial
+    sums over blocks of k taps in memory, blocks that start where the row starts: pooling
+    slabs on their own may round differently, the chunked op keeps such axes whole and does
+    not.  The block sums' last axis, summed by doubling, stays chunked: a window's sum is
+    grouped by its taps' places in the window alone."""
     rng = np.random.default_rng(0)
-    x = np.concatenate([[2.0 ** 100], rng.random(59) * 2.0 ** 40, rng.random(340) + 0.5])
-    x = x.astype(np.float32).reshape(1, 1, 400)
+    column = np.concatenate([[2.0 ** 100], rng.random(59) * 2.0 ** 40, rng.random(340) + 0.5])
+    column = column.astype(np.float32)
     spec = schema.resolve("AveragePool", None)
+    x = np.repeat(column.reshape(1, 1, 400, 1), 3, axis=3)
+    plan = resolve_plan(spec, x.shape, [80, 1], None, None, None, "NOTSET", 0)
+    assert row_start_axes(plan, np.float32, "average") == (True, False)
+    got = pdask.average_pool(da.from_array(x, chunks=(1, 1, 100, 2)), [80, 1])
+    assert got.chunks[2:] == ((321,), (3,))
+    assert_same(got.compute(**THREADS), poolfold.average_pool(x, [80, 1]))
+    x = column.reshape(1, 1, 400)
     plan = resolve_plan(spec, x.shape, [80], None, None, None, "NOTSET", 0)
     assert running_sum_axes(plan, np.float32, "average") == (True,)
-    expected = poolfold.average_pool(x, [80])
+    assert row_start_axes(plan, np.float32, "average") == (False,)
     got = pdask.average_pool(da.from_array(x, chunks=(1, 1, 100)), [80])
-    assert got.chunks[2] == (321,)
-    assert_same(got.compute(**THREADS), expected)
+    assert len(got.chunks[2]) > 1
+    assert_same(got.compute(**THREADS), poolfold.average_pool(x, [80]))
     # A non-finite value at the row's end stays in the windows that hold it.
     x[0, 0, 399] = np.inf
     assert_same(pdask.average_pool(da.from_array(x, chunks=(1, 1, 7)), [80]).compute(**THREADS),
                 poolfold.average_pool(x, [80]))
-    # A direct axis before a running one stays chunked; 2-D rows of the running pass whole.
+    # A direct leading axis and a doubled last axis stay chunked; the axes from a leading
+    # axis by blocks on are whole.
     x2 = data((1, 2, 12, 100), seed=6, spread=40)
     x2[0, 1, 5, 30] = -np.inf
-    for kw in (dict(kernel_shape=[3, 70], pads=[1, 0, 1, 0]),
-               dict(kernel_shape=[30, 3], strides=[1, 2], pads=[15, 0, 15, 0])):
+    for kw, whole in ((dict(kernel_shape=[3, 70], pads=[1, 0, 1, 0]), False),
+                      (dict(kernel_shape=[30, 3], strides=[1, 2], pads=[15, 0, 15, 0]), True)):
         for op in ("avg1", "lp3"):
             in_memory, chunked, extra = WINDOWED[op]
             got = chunked(da.from_array(x2, chunks=(1, 1, 5, 9)), **kw, **extra)
             assert_same(got.compute(**THREADS), in_memory(x2, **kw, **extra))
-        assert len(got.chunks[3]) == 1
-    x2 = da.from_array(x2, chunks=(1, 1, 5, 9))
-    assert pdask.average_pool(x2, [3, 70]).chunks[2:] == (
-        pdask.max_pool(x2, [3, 70]).chunks[2], (31,))
+            assert (len(got.chunks[2]) == len(got.chunks[3]) == 1) == whole
 
 
 def test_float32_block_sums_redone_in_float64_match_bits():

@@ -92,9 +92,10 @@ PROPERTY_TESTS = [
       f"test_nhwc_global_pools_sum_channels_in_blocks_as_the_row_kernel_does[dtype1-{s}]"
       for s in ("spatial0", "spatial1")),
     "tests/test_empty_batches.py::test_global_pools",
-    # the block sums (window_blocks), every rank, both kinds, segments of long rows, and the
-    # float64 redo of float32 sums that are not finite
+    # the block sums (window_blocks), every rank, both kinds, segments of long rows, short
+    # 1-D windows by doubling, and the float64 redo of float32 sums that are not finite
     "tests/test_average_family.py::test_block_sums_match_oracle",
+    "tests/test_average_family.py::test_short_1d_windows_are_summed_by_doubling",
     "tests/test_average_family.py::test_block_sums_of_a_row_do_not_depend_on_its_segments",
     "tests/test_average_family.py::test_block_sums_past_float32_are_taken_again_in_float64",
 ]

@@ -12,12 +12,14 @@ window's centre.  Each output chunk is pooled by the in-memory kernels
 - its end padding is the whole tensor's padded extent as seen from the slab,
   ``n + pad_end - hi``, so every window counts the same taps P (count_include_pad=1), the
   ceil-mode overhang past ``n + pad_end`` included (it counts in neither);
-- the kernels add each window's taps in order, so an output depends on its window's values
+- the kernels add each window's taps in order, or as a tree grouped by the taps' places in
+  the window (the block sums' doubling), so an output depends on its window's values
   alone, with one exception: on an axis where plain sums (float32, float16, bfloat16 input;
-  not LpPool's scaled sums) subtract running sums (windows of many taps that overlap
-  heavily: :func:`poolfold.ops.averaging.running_sum_axes`), a row's results depend on
-  where the row starts and on every column of the row (a non-finite value anywhere in it
-  turns the row to direct adds).  From the first such axis on, the axes are kept whole: one output chunk, and every task reads the whole axis;
+  not LpPool's scaled sums) take running sums over blocks of k taps (windows of many taps
+  that overlap heavily: :func:`poolfold.ops.averaging.row_start_axes`), a row's results
+  depend on where the row starts and on every column of the row (a non-finite value
+  anywhere in it turns the row to direct adds).  From the first such axis on, the axes are
+  kept whole: one output chunk, and every task reads the whole axis;
   the slab is pooled with the whole tensor's running-sums choice per axis, and channels-last
   with its channel block (C chunks are cut at multiples of it).
 
@@ -46,7 +48,8 @@ from .. import dtypes
 from ..geometry import WindowPlan
 from ..memory import check_size
 from ..ops._common import activate
-from ..ops.averaging import channel_block_for, pool_global, pool_windows, running_sum_axes
+from ..ops.averaging import (channel_block_for, pool_global, pool_windows, row_start_axes,
+                              running_sum_axes)
 from ..ops.layout import axes
 from . import _graph
 from .pool import output_ranges
@@ -99,9 +102,10 @@ def pool_windows_chunked(spec, x: da.Array, plan: WindowPlan, kind: str,
     ndim = x.ndim
     n_axis, c_axis, spatial_axes = axes(ndim, channels_last)
     spatial = plan.in_shape
-    running = running_sum_axes(plan, x.dtype, kind, p,
-                               not channels_last or x.shape[c_axis] == 1)
-    whole_from = next((a for a, r in enumerate(running) if r), plan.rank)
+    one_channel = not channels_last or x.shape[c_axis] == 1
+    running = running_sum_axes(plan, x.dtype, kind, p, one_channel)
+    whole_from = next((a for a, r in enumerate(row_start_axes(plan, x.dtype, kind, p,
+                                                              one_channel)) if r), plan.rank)
     block = None
     if channels_last and x.shape[c_axis] > 1:
         chunks = x.chunks[c_axis]

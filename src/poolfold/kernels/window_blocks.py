@@ -5,29 +5,40 @@ sums (:mod:`poolfold.kernels.window_rows`), spatial rank 1 to 3.
 **Along one axis**, over a row of terms padded with zeros (positions from the first window's
 first tap, ``(out - 1) * s + (k - 1) * d + 1`` of them), either
 
-- every window adds its k taps (``direct``: windows that overlap little), or
-- van Herk / Gil-Werman block sums (``running``, windows that overlap much: the axes
-  :func:`poolfold.ops.averaging.running_sum_axes` names): along each dilation phase the
-  positions fall in blocks of k taps, from the row's first position; each position holds
-  the sum from its block's start (a prefix) and to its block's end (a suffix), so a window
-  is one whole block (a prefix) or the end of one block and the start of the next (a
-  suffix plus a prefix).  Three additions per position whatever the window, and a window's
-  sum adds its own values only, so an inf or a NaN stays in the windows that hold it.  The
-  blocks start where the padded row starts, so these sums round as the row's start places
-  them: poolfold.dask keeps such axes whole, as it does for the passes of
-  :mod:`poolfold.kernels.window_sum`.
+- every window adds its k taps (``direct``: windows that overlap little), or, where
+  windows overlap (``running``: the axes :func:`poolfold.ops.averaging.running_sum_axes`
+  names),
+- a leading axis by van Herk / Gil-Werman block sums: along each dilation phase the
+  positions fall in blocks of k taps, from the row's first position; a window is one
+  whole block (its prefix sum) or the end of one block and the start of the next (a suffix
+  plus a prefix).  Three additions per position whatever the window.  The blocks start
+  where the padded row starts, so these sums round as the row's start places them:
+  poolfold.dask keeps such axes whole (:func:`poolfold.ops.averaging.row_start_axes`);
+- the last axis by doubling (:func:`_doubled_sums`): the sums of 2, 4, 8 ... taps from
+  every position, each a pass of vectors over the row, and a window adds those that make
+  up its k taps: about log2(k) + popcount(k) passes.  A window's sum is then a tree grouped
+  by its taps' places in the window alone, wherever the row starts.
+
+Either way a window's sum adds its own values only, so an inf or a NaN stays in the windows
+that hold it.
 
 A leading axis is summed over whole rows of its inputs, :data:`COLUMNS` columns at a time
-(each step a loop over the columns that vectorises).  The last axis is summed across rows:
-a vector's worth of rows (16 float32 with AVX-512) is transposed in registers into lanes
+(each step a loop over the columns that vectorises), its terms read from X as they are
+needed; a block's suffixes and the next block's prefix stay in the core's first-level
+cache.  The last axis by doubling takes a row a segment at a time, or rows shorter than
+half a segment several at a time as one row; window by window it is summed across rows: a
+vector's worth of rows (16 float32 with AVX-512) is transposed in registers into lanes
 (:func:`poolfold.kernels.simd.transpose_tile`), so that position j of every row is one
-vector, summed there as a leading axis is, and transposed back; a long row goes by segments
-that start at a block's start, so their sums are the whole row's.
+vector, summed there as a leading axis is, and transposed back.  Measured (float32, two
+threads, stride 1, SAME): doubling took 1-D windows of 63 taps over (4,16,65536) from 4.2
+ms (the row sums) to 2.1 and 2-D 63x63 over (4,16,256,256) from 4.0 ms (the last axis in
+lanes) to 3.3; streaming the leading axis from X took that to 3.1 and 3-D 63^3 over
+(2,8,64,64,64) from 6.9 to 5.6.
 
 **Accuracy.**  The sums are of the ``acc`` argument's type: float32 for averages, float64
 for LpPool's |x| and x^2 (whose small values float32 would lose).  Along an axis a window's
 sum is a tree of additions of depth at most k - 1 (a suffix of j taps plus a prefix of
-k - j), and the axes nest, so the whole window's sum has depth at most ``sum(k_a - 1) <=
+k - j; by doubling at most log2(k) + popcount(k) - 1), and the axes nest, so the whole window's sum has depth at most ``sum(k_a - 1) <=
 |V| - 1``: its error is within ``(|V| - 1) * u * sum|x|``, on the average within ``|V| * u
 * max|x|``: the contract's bound for the accumulator's u (SEMANTICS.md, "Arithmetic"),
 before Y's one rounding.  A float64 sum of float32 terms cannot overflow; a float32 one can,
@@ -40,10 +51,10 @@ depends on its window's values alone, whichever planes are pooled together.  A N
 is stored as one quiet NaN: LLVM may take a sum's operands in either order, and which of two
 NaNs an x86 sum keeps depends on it.
 
-**A plane** (each work item is one plane; 1-D rows a vector's worth of planes at a time):
+**A plane** (each work item is one plane; 1-D rows a group of planes at a time):
 
-- rank 1: the rows' terms staged with their padding, a segment of a vector's worth of rows
-  at a time, then the last axis;
+- rank 1: the rows' terms staged with their padding, a segment at a time (window by
+  window, a segment of a vector's worth of rows), then the last axis;
 - rank 2: the first axis from X into rows of its sums laid out at the last axis's padded
   pitch (zeros in the padding), then the last axis over those rows;
 - rank 3: the first axis from X into a plane of its sums, then each of its slices as a 2-D
@@ -75,6 +86,9 @@ COLUMNS = 64
 # The last axis is summed in segments of about this many window starts (a multiple of its
 # blocks' span), a vector's worth of rows at a time.
 SEGMENT = 256
+# Where the last axis is summed by doubling, a row goes this many window starts at a time:
+# its partial sums then stay in the core's first-level cache (4 KiB of float32).
+DOUBLING_STARTS = 1024
 # Vectors a row of lanes may hold beyond its positions: transposed tiles read and write a
 # whole vector of positions; 16 float32 (AVX-512) is the widest.
 SLACK = 16
@@ -87,18 +101,20 @@ def padded_length(out: int, k: int, s: int, d: int) -> int:
 
 
 # Entries of ``segments``, the last axis's segmentation (:func:`segments`).
-STARTS, POSITIONS, BLOCK = range(3)
+STARTS, POSITIONS = range(2)
 
 
 def segments(k: int, d: int, running: bool, padded: int) -> np.ndarray:
     """The last axis's segments, for the kernels (``segments``) and the op layer's scratch
-    bound: STARTS, the window starts a segment holds (a multiple of the blocks' span ``k *
-    d`` where the axis is summed by blocks, so that each segment's blocks are the row's);
-    POSITIONS, the positions a segment spans, with a vector's worth of slack; BLOCK, the
-    blocks' span (1 window by window)."""
-    block = k * d if running else 1
-    starts = max(block, SEGMENT // block * block)
-    table = np.array([starts, min(padded, starts + (k - 1) * d + 1) + SLACK, block], np.int64)
+    bound: STARTS, the window starts a segment holds (:data:`DOUBLING_STARTS` where the
+    axis is summed by doubling, :data:`SEGMENT` window by window); POSITIONS, the positions
+    a segment spans, with a vector's worth of slack.  A segment may start anywhere: a
+    window's sum depends on its own values alone, either way."""
+    if running:  # a segment may hold several short rows (see _last_axis)
+        starts, positions = DOUBLING_STARTS, DOUBLING_STARTS + (k - 1) * d + 1
+    else:
+        starts, positions = SEGMENT, min(padded, SEGMENT + (k - 1) * d + 1)
+    table = np.array([starts, positions + SLACK], np.int64)
     table.flags.writeable = False
     return table
 
@@ -113,106 +129,212 @@ def _add(dst, to, first, first_at, second, second_at, width):
         add_pair(dst, to, first, first_at, second, second_at, width)
 
 
+@njit(inline="always")
+def _copy(dst, to, src, at, width):
+    """``dst[to:][:width]`` = ``src[at:][:width]``."""
+    u = np.uint64
+    for c in range(width):
+        dst[to + u(c)] = src[at + u(c)]
+
+
 @uncounted_helper
-def _block_sums(dst, dst_at, dst_step, terms, partial, length, width, start, out, k, s, d,
-                running):
-    """Window sums along positions ``j < length`` of ``terms`` (``width`` columns each,
-    position j at ``terms[j * width:]``): output o (window taps at ``start + o * s + t * d``,
-    t < k) into ``dst[dst_at + o * dst_step:][:width]``.  By blocks (``running``, see the
-    module's docstring; ``start`` a multiple of ``k * d``): prefixes into ``partial``,
-    suffixes in place in ``terms``.  Else each window adds its taps in order."""
+def _lane_sums(dst, dst_at, dst_step, terms, width, start, out, k, s, d):
+    """Window by window: output o (taps at positions ``start + o * s + t * d``, t < k, of
+    ``terms``, position j at ``terms[j * width:]``) into ``dst[dst_at + o * dst_step:]
+    [:width]``, its taps added in order."""
     u = np.uint64
     w = u(width)
-    if not running:
-        for o in range(out):
-            at = u(start + o * s) * w
-            to = u(dst_at + o * dst_step)
-            if k == 1:
-                for c in range(width):
-                    dst[to + u(c)] = terms[at + u(c)]
-                continue
-            _add(dst, to, terms, at, terms, at + u(d) * w, width)
-            for t in range(2, k):
-                _add(dst, to, dst, to, terms, at + u(t * d) * w, width)
-        return
-    # Along each phase, the blocks' t-th positions one after the other: each block's sum
-    # waits on its last step (an addition and a store read back), and the blocks do not
-    # wait on each other (one block at a time, a 63-tap row of lanes took 4x as long).
-    back = u(d) * w
-    for phase in range(min(d, length)):
-        chain = (length - 1 - phase) // d + 1  # positions of this phase
-        for q in range(0, chain, k):  # prefixes, each from its block's start
-            at = u(phase + q * d) * w
-            for c in range(width):
-                partial[at + u(c)] = terms[at + u(c)]
-        for t in range(1, min(k, chain)):
-            for q in range(t, chain, k):
-                at = u(phase + q * d) * w
-                _add(partial, at, partial, at - back, terms, at, width)
-        for t in range(min(k, chain) - 2, -1, -1):  # suffixes, each to its block's end
-            for q in range(t, chain - 1, k):
-                at = u(phase + q * d) * w
-                _add(terms, at, terms, at, terms, at + back, width)
-    # output o's first tap start + o * s: its place b in its block, counted along
-    r = start % d
-    b = (start // d) % k
     for o in range(out):
-        j0 = start + o * s
-        last = u(j0 + (k - 1) * d) * w
+        at = u(start + o * s) * w
         to = u(dst_at + o * dst_step)
-        if b == 0:  # a whole block
-            for c in range(width):
-                dst[to + u(c)] = partial[last + u(c)]
-        else:
-            _add(dst, to, terms, u(j0) * w, partial, last, width)
-        r += s
-        while r >= d:
-            r -= d
-            b += 1
-            if b == k:
-                b = 0
+        if k == 1:
+            _copy(dst, to, terms, at, width)
+            continue
+        _add(dst, to, terms, at, terms, at + u(d) * w, width)
+        for t in range(2, k):
+            _add(dst, to, dst, to, terms, at + u(t * d) * w, width)
 
 
 @uncounted_helper
-def _stage(buf, buf_at, src, src_at, n, width, c0, cw, pad, length, mark, p):
-    """``buf[buf_at + j * cw + c]`` = the term of ``src[src_at + (j - pad) * width + c0 +
-    c]`` for positions ``j < length`` whose input ``j - pad`` lies in ``[0, n)``, 0
-    elsewhere."""
+def _doubled_sums(sums, src, src_at, count, k, s, d, buf):
+    """``sums[o]`` = the sum of ``src[src_at + o * s + t * d]`` over the taps t < k, for
+    o < ``count``, by doubling: a position's sum of 2m taps is its sum of m plus that of
+    the position m taps on (into ``buf``, in place from the second doubling on), and a
+    window adds, from its first tap on, the sums of the powers of two that make up k.  So
+    about log2(k) + popcount(k) passes over the positions, each a loop of vectors, and a
+    window's sum is a tree over its own values, grouped by their places in the window
+    alone, wherever the row or the segment starts."""
+    u = np.uint64
+    length = (count - 1) * s + (k - 1) * d + 1  # positions the windows reach
+    cur, cur_at = src, src_at  # the sums of m taps from each position
+    m, rest, reach, first = 1, k, 0, True  # reach: the taps the windows hold so far
+    while True:
+        if rest & 1:  # the windows take the m taps from their tap ``reach`` on
+            at = cur_at + reach * d
+            if s == 1 and first:
+                for o in range(u(count)):
+                    sums[o] = cur[u(at) + o]
+            elif s == 1:
+                add_pair(sums, 0, sums, 0, cur, at, count)
+            elif first:
+                for o in range(count):
+                    sums[u(o)] = cur[u(at + o * s)]
+            else:
+                for o in range(count):
+                    sums[u(o)] += cur[u(at + o * s)]
+            first = False
+            reach += m
+        rest >>= 1
+        if rest == 0:
+            return
+        length -= m * d
+        add_pair(buf, 0, cur, cur_at, cur, cur_at + m * d, length)
+        cur, cur_at = buf, 0
+        m *= 2
+
+
+@uncounted_helper
+def _stage_row(buf, buf_at, src, src_at, n, pad, length, mark, p):
+    """``buf[buf_at + j]`` = the term of ``src[src_at + j - pad]`` for positions ``j <
+    length`` whose input ``j - pad`` lies in ``[0, n)``, 0 elsewhere."""
     u = np.uint64
     lo = min(max(0, pad), length)  # the positions holding inputs: [lo, hi)
     hi = max(lo, min(length, pad + n))
-    for i in range(u(buf_at), u(buf_at + lo * cw)):
+    for i in range(u(buf_at), u(buf_at + lo)):
         buf[i] = 0.0
-    if cw == 1 and width == 1:  # a row: one loop over its positions, which vectorises
-        shift = src_at + c0 - pad - buf_at
-        for i in range(u(buf_at + lo), u(buf_at + hi)):
-            buf[i] = _term(widen(src[u(i + shift)]), mark, p)
+    shift = src_at - pad - buf_at
+    for i in range(u(buf_at + lo), u(buf_at + hi)):
+        buf[i] = _term(widen(src[u(i + shift)]), mark, p)
+    for i in range(u(buf_at + hi), u(buf_at + length)):
+        buf[i] = 0.0
+
+
+@njit(inline="always")
+def _term_row(src, src_at, j, pad, n, width):
+    """Where position ``j`` of a leading axis padded by ``pad`` reads its terms in ``src``,
+    and whether it holds inputs (else zeros)."""
+    i = j - pad
+    return np.uint64(src_at + max(i, 0) * width), 0 <= i < n
+
+
+@njit(inline="always")
+def _term_into(dst, to, src, at, present, cols, mark, p):
+    """``dst[to:][:cols]`` = the terms of ``src[at:][:cols]`` in ``dst``'s type (zeros where
+    not ``present``)."""
+    u = np.uint64
+    if present:
+        for c in range(u(cols)):
+            dst[to + c] = narrow_to(_term(widen(src[at + c]), mark, p), dst)
     else:
-        for j in range(lo, hi):
-            row = u(buf_at + j * cw)
-            at = u(src_at + (j - pad) * width + c0)
-            for c in range(cw):
-                buf[row + u(c)] = _term(widen(src[at + u(c)]), mark, p)
-    for i in range(u(buf_at + hi * cw), u(buf_at + length * cw)):
-        buf[i] = 0.0
+        for c in range(u(cols)):
+            dst[to + c] = 0.0
+
+
+@njit(inline="always")
+def _add_term(dst, to, first, first_at, src, at, present, cols, mark, p):
+    """``dst[to:][:cols]`` = ``first[first_at:][:cols]`` + the terms of ``src[at:][:cols]``
+    (zeros where not ``present``), added in ``dst``'s type."""
+    u = np.uint64
+    if present:
+        for c in range(u(cols)):
+            dst[to + c] = first[first_at + c] + narrow_to(_term(widen(src[at + c]), mark, p),
+                                                          dst)
+    else:
+        zero = narrow_to(0.0, dst)
+        for c in range(u(cols)):
+            dst[to + c] = first[first_at + c] + zero
 
 
 @uncounted_helper
 def _leading_axis(dst, dst_at, dst_pitch, src, src_at, n, width, cols, out, k, s, d, pad,
-                  length, running, buf, partial, mark, p):
-    """The sums along the leading axis of ``src[src_at:]`` viewed as ``(n, width)``, of its
-    first ``cols`` columns, into ``dst[dst_at + o * dst_pitch + c]`` (o < out, c < cols),
-    :data:`COLUMNS` columns at a time."""
+                  length, running, partial, mark, p):
+    """The sums along the leading axis of ``src[src_at:]`` viewed as ``(n, width)`` and
+    padded by ``pad`` rows of zeros before it (positions j < ``length``: input row j - pad),
+    of its first ``cols`` columns, into ``dst[dst_at + o * dst_pitch + c]`` (o < out, c <
+    cols), :data:`COLUMNS` columns at a time, the terms read from ``src`` as they are
+    needed.  By blocks (``running``, see the module's docstring; ``partial`` holds a
+    block's suffixes and the next block's prefixes, k + 2 positions of COLUMNS), else each
+    window adds its taps in order."""
+    u = np.uint64
     for c0 in range(0, cols, COLUMNS):
         cw = min(COLUMNS, cols - c0)
-        _stage(buf, 0, src, src_at, n, width, c0, cw, pad, length, mark, p)
-        _block_sums(dst, dst_at + c0, dst_pitch, buf, partial, length, cw, 0, out, k, s, d,
-                    running)
+        to0 = dst_at + c0
+        at0 = src_at + c0
+        if not running:
+            for o in range(out):
+                to = u(to0 + o * dst_pitch)
+                at, present = _term_row(src, at0, o * s, pad, n, width)
+                _term_into(dst, to, src, at, present, cw, mark, p)
+                for t in range(1, k):
+                    at, present = _term_row(src, at0, o * s + t * d, pad, n, width)
+                    _add_term(dst, to, dst, to, src, at, present, cw, mark, p)
+            continue
+        _running_columns(dst, to0, dst_pitch, src, at0, n, width, cw, out, k, s, d, pad,
+                         length, partial, mark, p)
+
+
+@uncounted_helper
+def _running_columns(dst, dst_at, dst_pitch, src, src_at, n, width, cw, out, k, s, d, pad,
+                     length, partial, mark, p):
+    """:func:`_leading_axis` by blocks, of ``cw`` columns.  Along each phase, block by
+    block: the block's suffixes into ``partial`` (k positions), then its windows in order,
+    each a suffix of the block plus the next block's prefix so far (the position after the
+    suffixes), a window that starts the block its whole prefix (the position after that).
+    The suffixes stay in the core's first-level cache and each term is read twice from
+    ``src``: terms staged first, then the row's prefixes and suffixes, stored and read
+    back, took 1.2-1.5x as long (63 taps, 64 columns)."""
+    u = np.uint64
+    w = u(cw)
+    nxt = u(k) * w
+    whole = u(k + 1) * w
+    for phase in range(min(d, length)):
+        chain = (length - 1 - phase) // d + 1  # positions of this phase
+        at, present = _term_row(src, src_at, phase, pad, n, width)  # the first block's
+        _term_into(partial, whole, src, at, present, cw, mark, p)  # whole prefix
+        for t in range(1, min(k, chain)):
+            at, present = _term_row(src, src_at, phase + t * d, pad, n, width)
+            _add_term(partial, whole, partial, whole, src, at, present, cw, mark, p)
+        for q in range(0, chain, k):  # the block of positions q ... q + k - 1 of the phase
+            span = min(k, chain - q)
+            at, present = _term_row(src, src_at, phase + (q + span - 1) * d, pad, n, width)
+            _term_into(partial, u(span - 1) * w, src, at, present, cw, mark, p)
+            for t in range(span - 2, -1, -1):
+                at, present = _term_row(src, src_at, phase + (q + t) * d, pad, n, width)
+                _add_term(partial, u(t) * w, partial, u(t + 1) * w, src, at, present, cw,
+                          mark, p)
+            after = q + k  # the next block's first position
+            for t in range(span):
+                if 1 <= t and after + t - 1 < chain:  # the next block's prefix to t - 1
+                    at, present = _term_row(src, src_at, phase + (after + t - 1) * d, pad, n,
+                                            width)
+                    if t == 1:
+                        _term_into(partial, nxt, src, at, present, cw, mark, p)
+                    else:
+                        _add_term(partial, nxt, partial, nxt, src, at, present, cw, mark, p)
+                j = phase + (q + t) * d
+                if j % s != 0 or j // s >= out:
+                    continue  # no window starts here
+                to = u(dst_at + j // s * dst_pitch)
+                if t == 0:
+                    _copy(dst, to, partial, whole, cw)
+                else:
+                    _add(dst, to, partial, u(t) * w, partial, nxt, cw)
+            if after < chain:  # the next block's whole prefix
+                held = min(span - 1, chain - after)  # the positions its prefix holds
+                if held < 1:
+                    at, present = _term_row(src, src_at, phase + after * d, pad, n, width)
+                    _term_into(partial, nxt, src, at, present, cw, mark, p)
+                    held = 1
+                for t in range(held, min(k, chain - after)):
+                    at, present = _term_row(src, src_at, phase + (after + t) * d, pad, n,
+                                            width)
+                    _add_term(partial, nxt, partial, nxt, src, at, present, cw, mark, p)
+                _copy(partial, whole, partial, nxt, cw)
 
 
 @uncounted_helper
 def _rows_of_slice(rows, src, src_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len_a, run_a,
-                   pad_l, len_l, buf, partial, mark, p):
+                   pad_l, len_l, partial, mark, p):
     """The sums along the axis before the last of ``src[src_at:]`` viewed as ``(n_a, n_l)``,
     output row o at ``rows[o * len_l + pad_l:]`` (the inputs the last axis's windows reach),
     the rest of each row of ``len_l`` positions zeros."""
@@ -226,7 +348,7 @@ def _rows_of_slice(rows, src, src_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len
             rows[u(at + j)] = 0.0
     if cols > 0:
         _leading_axis(rows, pad_l, len_l, src, src_at, n_a, n_l, cols, out_a, k_a, s_a, d_a,
-                      pad_a, len_a, run_a, buf, partial, mark, p)
+                      pad_a, len_a, run_a, partial, mark, p)
 
 
 @uncounted_helper
@@ -282,27 +404,50 @@ def _store(y, y_at, y_pitch, sums, pitch, rows, count, lead, lead_at, factors, f
 
 @uncounted_helper
 def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, running,
-               starts, block, lanes, partial, lane_sums, sums, lead, lead_at, factors,
-               factors_at, mode, p, patch):
+               starts, lanes, partial, lane_sums, sums, lead, lead_at, factors, factors_at,
+               mode, p, patch):
     """Sum, scale and store the last axis of ``rows`` rows of padded terms (``src`` from
-    ``src_at``, rows ``pitch`` apart, read up to a vector past the last row's end; position
-    0 a block's start): output o's window from position ``shift + o * s``.  A vector's worth
-    of rows at a time, transposed into lanes a segment at a time (``starts`` window starts
-    from a multiple of ``block``: see :func:`segments`); Y's rows from ``y_at``, ``y_pitch``
-    apart (``patch``: see :func:`_store`).  Whether a sum was not finite."""
-    width = vector_width(lanes)
+    ``src_at``, rows ``pitch`` apart, read up to a vector past the last row's end): output
+    o's window from position ``shift + o * s``.  By doubling (``running``), a row or a group
+    of short rows at a time; else a vector's worth of rows at a time, transposed into lanes
+    a segment at a time (``starts`` window starts: see :func:`segments`).  Y's rows from
+    ``y_at``, ``y_pitch`` apart (``patch``: see :func:`_store`).  Whether a sum was not
+    finite."""
     flagged = False
+    if running:  # by doubling (``partial`` its scratch, ``sums`` its outputs)
+        group = starts // pitch if s == 1 else 0
+        if group > 1:
+            # rows of at most half a segment, a group of them at a time as one row whose
+            # windows start at every position: those that straddle two rows are summed too,
+            # and not stored (short rows, one at a time, took 1.3x as long: 64 outputs)
+            for r0 in range(0, rows, group):
+                g = min(group, rows - r0)
+                _doubled_sums(sums, src, src_at + r0 * pitch + shift, (g - 1) * pitch + out,
+                              k, 1, d, partial)
+                flagged |= _store(y, y_at + r0 * y_pitch, y_pitch, sums, pitch, g, out, lead,
+                                  lead_at + r0, factors, factors_at, mode, p, patch)
+            return flagged
+        for r in range(rows):
+            o_a = 0
+            while o_a < out:
+                p0, o_b, _ = _segment(o_a, shift, out, k, s, d, starts)
+                _doubled_sums(sums, src, src_at + r * pitch + p0, o_b - o_a, k, s, d, partial)
+                flagged |= _store(y, y_at + r * y_pitch + o_a, y_pitch, sums, 0, 1, o_b - o_a,
+                                  lead, lead_at + r, factors, factors_at + o_a, mode, p, patch)
+                o_a = o_b
+        return flagged
+    width = vector_width(lanes)
     for g0 in range(0, rows, width):
         loads = min(width, rows - g0)
         o_a = 0
         while o_a < out:
-            p0, o_b, length = _segment(o_a, shift, out, k, s, d, starts, block)
+            p0, o_b, length = _segment(o_a, shift, out, k, s, d, starts)
             for j0 in range(0, length, width):
                 transpose_tile(lanes, j0 * width, width, min(width, length - j0), src,
                                src_at + g0 * pitch + p0 + j0, pitch, loads)
             count = o_b - o_a
-            _block_sums(lane_sums, 0, width, lanes, partial, length, width,
-                        shift + o_a * s - p0, count, k, s, d, running)
+            _lane_sums(lane_sums, 0, width, lanes, width, shift + o_a * s - p0, count, k, s,
+                       d)
             step = (count + width - 1) // width * width  # sums' row pitch: whole tiles
             for o0 in range(0, count, width):
                 transpose_tile(sums, o0, step, loads, lane_sums, o0 * width, width,
@@ -314,11 +459,11 @@ def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, 
 
 
 @uncounted_helper
-def _segment(o_a, shift, out, k, s, d, starts, block):
+def _segment(o_a, shift, out, k, s, d, starts):
     """The segment of the last axis from output ``o_a`` on (output o's window from position
-    ``shift + o * s``): its first position (a block's start), the output after its last, and
-    the positions it spans."""
-    p0 = (shift + o_a * s) // block * block
+    ``shift + o * s``): its first position (that window's first), the output after its
+    last, and the positions it spans."""
+    p0 = shift + o_a * s
     o_b = min(out, max(o_a + 1, (p0 + starts - shift + s - 1) // s))
     return p0, o_b, shift + (o_b - 1) * s + (k - 1) * d + 1 - p0
 
@@ -332,34 +477,37 @@ def _axis(dims, a):
 
 
 @njit
-def _lane_buffers(starts, segment, acc):
-    """The last axis's scratch (see :func:`_last_axis`), of ``acc``'s type: a segment's
-    positions in lanes and their prefixes, its outputs' sums in lanes and in rows."""
+def _lane_buffers(starts, segment, running, acc):
+    """The last axis's scratch (see :func:`_last_axis`), of ``acc``'s type: window by
+    window, a segment's positions in lanes and their prefixes, its outputs' sums in lanes
+    and in rows; by doubling (``running``), a segment's partial sums and its outputs'."""
     t = acc.dtype
+    if running:
+        return (np.empty(0, t), np.empty(segment, t), np.empty(0, t), np.empty(starts, t))
     return (np.empty(segment * SLACK, t), np.empty(segment * SLACK, t),
             np.empty((starts + SLACK) * SLACK, t), np.empty((starts + SLACK) * SLACK, t))
 
 
 @uncounted_helper
-def _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, block, factors, mode, mark, p,
-             rows, ones, lanes, partial, lane_sums, sums, patch):
+def _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, factors, mode, mark, p, rows,
+             ones, lanes, partial, lane_sums, sums, patch):
     """Rows ``[r0, r1)`` of :func:`block_sums_1d`, a vector's worth at a time, in the type
     of the buffers; whether a sum was not finite."""
     n, out, k, s, d, pad, _, running = _axis(dims, 0)
-    width = vector_width(lanes)
+    width = 1 if running else vector_width(lanes)  # doubling takes a row at a time
     flagged = False
     for g0 in range(r0, r1, width):
         count = min(width, r1 - g0)
         o_a = 0
         while o_a < out:
-            q0, o_b, length = _segment(o_a, 0, out, k, s, d, starts, block)
+            q0, o_b, length = _segment(o_a, 0, out, k, s, d, starts)
             for r in range(count):
-                _stage(rows, r * segment, x_flat, (g0 + r) * n, n, 1, 0, 1, pad - q0, length,
-                       mark, p)
+                _stage_row(rows, r * segment, x_flat, (g0 + r) * n, n, pad - q0, length, mark,
+                           p)
             flagged |= _last_axis(y_flat, g0 * out + o_a, out, rows, 0, segment, count,
-                                  o_a * s - q0, o_b - o_a, k, s, d, running, starts, block,
-                                  lanes, partial, lane_sums, sums, ones, 0, factors[0], o_a,
-                                  mode, p, patch)
+                                  o_a * s - q0, o_b - o_a, k, s, d, running, starts, lanes,
+                                  partial, lane_sums, sums, ones, 0, factors[0], o_a, mode,
+                                  p, patch)
             o_a = o_b
     return flagged
 
@@ -376,10 +524,11 @@ def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     group of rows with a sum that is not finite is marked in ``flagged``; with ``patch``,
     only the groups holding a marked row are summed, and only the averages Y holds as inf or
     NaN stored (a float64 redo of float32 sums: see the module's docstring)."""
-    starts, segment, block = segments[STARTS], segments[POSITIONS], segments[BLOCK]
+    starts, segment = segments[STARTS], segments[POSITIONS]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    lanes, partial, lane_sums, sums = _lane_buffers(starts, segment, acc)
+    lanes, partial, lane_sums, sums = _lane_buffers(starts, segment, dims[RUNNING, 0] == 1,
+                                                    acc)
     rows = np.empty(SLACK * segment + SLACK, acc.dtype)
     ones = np.ones(SLACK, np.float64)  # the rows' leading factors
     for r0 in range(start, stop, SLACK):
@@ -389,25 +538,25 @@ def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
             for r in range(r0, r1):
                 marked |= flagged[r] != 0
             if marked:
-                _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, block, factors, mode,
-                         mark, p, rows, ones, lanes, partial, lane_sums, sums, True)
-        elif _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, block, factors, mode,
-                      mark, p, rows, ones, lanes, partial, lane_sums, sums, False):
+                _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, factors, mode, mark,
+                         p, rows, ones, lanes, partial, lane_sums, sums, True)
+        elif _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, factors, mode, mark, p,
+                      rows, ones, lanes, partial, lane_sums, sums, False):
             for r in range(r0, r1):
                 flagged[r] = 1
 
 
 @uncounted_helper
-def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, mark, p, buf,
-              part, row_sums, lanes, partial, lane_sums, sums, patch):
+def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, factors, mode, mark, p, part,
+              row_sums, lanes, partial, lane_sums, sums, patch):
     """One plane of :func:`block_sums_2d` in the type of the buffers; whether a sum was not
     finite."""
     n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a = _axis(dims, 0)
     n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l = _axis(dims, 1)
     _rows_of_slice(row_sums, x_flat, x_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len_a, run_a,
-                   pad_l, len_l, buf, part, mark, p)
+                   pad_l, len_l, part, mark, p)
     return _last_axis(y_flat, y_at, out_l, row_sums, 0, len_l, out_a, 0, out_l, k_l, s_l, d_l,
-                      run_l, starts, block, lanes, partial, lane_sums, sums, factors[0], 0,
+                      run_l, starts, lanes, partial, lane_sums, sums, factors[0], 0,
                       factors[1], 0, mode, p, patch)
 
 
@@ -417,8 +566,8 @@ def _plane_buffers_2d(dims, starts, segment, acc):
     t = acc.dtype
     len_a = dims[PADDED, 0]
     rows = dims[OUT, 0] * dims[PADDED, 1] + SLACK
-    return (np.empty(len_a * COLUMNS, t), np.empty(len_a * COLUMNS, t), np.empty(rows, t),
-            *_lane_buffers(starts, segment, acc))
+    return (np.empty((len_a + 2) * COLUMNS, t), np.empty(rows, t),
+            *_lane_buffers(starts, segment, dims[RUNNING, 1] == 1, acc))
 
 
 @kernel(error_model="numpy")
@@ -428,23 +577,23 @@ def block_sums_2d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     output size): the first axis into rows at the last axis's padded pitch, then the last
     axis; AVERAGE multiplies each window's sum by ``factors[0, o0] * factors[1, o1]``.  See
     :func:`block_sums_1d` for the rest (``flagged`` marks planes)."""
-    starts, segment, block = segments[STARTS], segments[POSITIONS], segments[BLOCK]
+    starts, segment = segments[STARTS], segments[POSITIONS]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    buf, part, row_sums, lanes, partial, lane_sums, sums = _plane_buffers_2d(
-        dims, starts, segment, acc)
+    part, row_sums, lanes, partial, lane_sums, sums = _plane_buffers_2d(dims, starts,
+                                                                        segment, acc)
     for plane in range(start, stop):
         if patch and flagged[plane] == 0:
             continue
         if _plane_2d(x_flat, plane * x.shape[1], y_flat, plane * y.shape[1], dims, starts,
-                     block, factors, mode, mark, p, buf, part, row_sums, lanes, partial,
-                     lane_sums, sums, patch):
+                     factors, mode, mark, p, part, row_sums, lanes, partial, lane_sums, sums,
+                     patch):
             flagged[plane] = 1
 
 
 @uncounted_helper
-def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, mark, p, lead,
-              buf, part, row_sums, sums0, lanes, partial, lane_sums, sums, patch):
+def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, factors, mode, mark, p, lead, part,
+              row_sums, sums0, lanes, partial, lane_sums, sums, patch):
     """One plane of :func:`block_sums_3d` in the type of the buffers; whether a sum was not
     finite."""
     n_0, out_0, k_0, s_0, d_0, pad_0, len_0, run_0 = _axis(dims, 0)
@@ -452,16 +601,16 @@ def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, block, factors, mode, ma
     n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l = _axis(dims, 2)
     slice_in = n_a * n_l
     _leading_axis(sums0, 0, slice_in, x_flat, x_at, n_0, slice_in, slice_in, out_0, k_0, s_0,
-                  d_0, pad_0, len_0, run_0, buf, part, mark, p)
+                  d_0, pad_0, len_0, run_0, part, mark, p)
     flagged = False
     for o0 in range(out_0):
         for o in range(out_a):
             lead[o] = factors[0, o0] * factors[1, o]
         _rows_of_slice(row_sums, sums0, o0 * slice_in, n_a, n_l, out_a, k_a, s_a, d_a, pad_a,
-                       len_a, run_a, pad_l, len_l, buf, part, _SUMS, p)
+                       len_a, run_a, pad_l, len_l, part, _SUMS, p)
         flagged |= _last_axis(y_flat, y_at + o0 * out_a * out_l, out_l, row_sums, 0, len_l,
-                              out_a, 0, out_l, k_l, s_l, d_l, run_l, starts, block, lanes,
-                              partial, lane_sums, sums, lead, 0, factors[2], 0, mode, p, patch)
+                              out_a, 0, out_l, k_l, s_l, d_l, run_l, starts, lanes, partial,
+                              lane_sums, sums, lead, 0, factors[2], 0, mode, p, patch)
     return flagged
 
 
@@ -472,8 +621,8 @@ def _plane_buffers_3d(dims, starts, segment, acc):
     longest = max(dims[PADDED, 0], dims[PADDED, 1])
     rows = dims[OUT, 1] * dims[PADDED, 2] + SLACK
     sums0 = dims[OUT, 0] * dims[N, 1] * dims[N, 2]
-    return (np.empty(longest * COLUMNS, t), np.empty(longest * COLUMNS, t), np.empty(rows, t),
-            np.empty(sums0, t), *_lane_buffers(starts, segment, acc))
+    return (np.empty((longest + 2) * COLUMNS, t), np.empty(rows, t), np.empty(sums0, t),
+            *_lane_buffers(starts, segment, dims[RUNNING, 2] == 1, acc))
 
 
 @kernel(error_model="numpy")
@@ -483,18 +632,18 @@ def block_sums_3d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     its sums, then each of its slices as :func:`block_sums_2d` pools a plane of terms;
     AVERAGE multiplies each window's sum by the product of its axes' ``factors[axis, o]``.
     See :func:`block_sums_1d` for the rest (``flagged`` marks planes)."""
-    starts, segment, block = segments[STARTS], segments[POSITIONS], segments[BLOCK]
+    starts, segment = segments[STARTS], segments[POSITIONS]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
     lead = np.empty(dims[OUT, 1], np.float64)
-    buf, part, row_sums, sums0, lanes, partial, lane_sums, sums = _plane_buffers_3d(
+    part, row_sums, sums0, lanes, partial, lane_sums, sums = _plane_buffers_3d(
         dims, starts, segment, acc)
     for plane in range(start, stop):
         if patch and flagged[plane] == 0:
             continue
         if _plane_3d(x_flat, plane * x.shape[1], y_flat, plane * y.shape[1], dims, starts,
-                     block, factors, mode, mark, p, lead, buf, part, row_sums, sums0, lanes,
-                     partial, lane_sums, sums, patch):
+                     factors, mode, mark, p, lead, part, row_sums, sums0, lanes, partial,
+                     lane_sums, sums, patch):
             flagged[plane] = 1
 
 
