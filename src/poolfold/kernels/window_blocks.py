@@ -22,7 +22,7 @@ first tap, ``(out - 1) * s + (k - 1) * d + 1`` of them), either
 Either way a window's sum adds its own values only, so an inf or a NaN stays in the windows
 that hold it.
 
-A leading axis is summed over whole rows of its inputs, :data:`COLUMNS` columns at a time
+A leading axis is summed over whole rows of its inputs, up to :data:`COLUMNS` columns at a time
 (each step a loop over the columns that vectorises), its terms read from X as they are
 needed; a block's suffixes and the next block's prefix stay in the core's first-level
 cache.  The last axis by doubling takes a row a segment at a time, or rows shorter than
@@ -31,9 +31,9 @@ vector's worth of rows (16 float32 with AVX-512) is transposed in registers into
 (:func:`poolfold.kernels.simd.transpose_tile`), so that position j of every row is one
 vector, summed there as a leading axis is, and transposed back.  Measured (float32, two
 threads, stride 1, SAME): doubling took 1-D windows of 63 taps over (4,16,65536) from 4.2
-ms (the row sums) to 2.1 and 2-D 63x63 over (4,16,256,256) from 4.0 ms (the last axis in
-lanes) to 3.3; streaming the leading axis from X took that to 3.1 and 3-D 63^3 over
-(2,8,64,64,64) from 6.9 to 5.6.
+ms (the row sums) to 2.1, and with the leading axis streamed from X, 63x63 over
+(4,16,256,256) from 3.5-3.8 ms to 3.0 and 63x63x63 over (2,8,64,64,64) from 6.5-6.8 to
+5.6-5.8.
 
 **Accuracy.**  The sums are of the ``acc`` argument's type: float32 for averages, float64
 for LpPool's |x| and x^2 (whose small values float32 would lose).  Along an axis a window's
@@ -79,10 +79,13 @@ from .window_sum import AVERAGE, ROOT, _term, widen
 N, OUT, KERNEL, STRIDE, DILATION, PAD_BEGIN, PADDED, RUNNING = range(8)
 DIM_ROWS = 8
 
-# A leading axis is summed this many columns at a time: its partial sums then stay in the
-# core's own cache (a 63-tap axis of 256 rows: 318 positions x 64 x 8 bytes, 160 KiB, in
-# float64; half that in float32).
-COLUMNS = 64
+# A leading axis is summed at most this many columns at a time, and by blocks as many as
+# keep a block's suffixes and the next block's prefix (k + 2 positions) within SUFFIX_BYTES,
+# a multiple of 16, at least 16 (:func:`leading_columns`).  Measured, one thread, float32,
+# 63 taps along the first axis of (2,8,64,64,64) (rows 64 KiB apart): 64 columns 9.9 ms, 128
+# 6.3-6.6, 256 6.1; 7 taps 9.3, 6.5, 5.3; 63x63 over (4,16,256,256) 6.9, 6.0, 6.3.
+COLUMNS = 256
+SUFFIX_BYTES = 32768
 # The last axis is summed in segments of about this many window starts (a multiple of its
 # blocks' span), a vector's worth of rows at a time.
 SEGMENT = 256
@@ -209,6 +212,25 @@ def _stage_row(buf, buf_at, src, src_at, n, pad, length, mark, p):
         buf[i] = 0.0
 
 
+@njit
+def leading_columns(k: int, running: bool, itemsize: int) -> int:
+    """The columns a leading axis of ``k`` taps is summed at a time (see :data:`COLUMNS`)."""
+    if not running:
+        return COLUMNS
+    return min(COLUMNS, max(16, SUFFIX_BYTES // ((k + 2) * itemsize) // 16 * 16))
+
+
+@njit
+def suffix_positions(dims, leading: int, itemsize: int) -> int:
+    """The scratch, in elements, of the block sums' ``leading`` leading axes (see
+    :func:`_running_columns`)."""
+    most = 0
+    for a in range(leading):
+        k = dims[KERNEL, a]
+        most = max(most, (k + 2) * leading_columns(k, dims[RUNNING, a] == 1, itemsize))
+    return most
+
+
 @njit(inline="always")
 def _term_row(src, src_at, j, pad, n, width):
     """Where position ``j`` of a leading axis padded by ``pad`` reads its terms in ``src``,
@@ -251,13 +273,14 @@ def _leading_axis(dst, dst_at, dst_pitch, src, src_at, n, width, cols, out, k, s
     """The sums along the leading axis of ``src[src_at:]`` viewed as ``(n, width)`` and
     padded by ``pad`` rows of zeros before it (positions j < ``length``: input row j - pad),
     of its first ``cols`` columns, into ``dst[dst_at + o * dst_pitch + c]`` (o < out, c <
-    cols), :data:`COLUMNS` columns at a time, the terms read from ``src`` as they are
-    needed.  By blocks (``running``, see the module's docstring; ``partial`` holds a
-    block's suffixes and the next block's prefixes, k + 2 positions of COLUMNS), else each
-    window adds its taps in order."""
+    cols), :func:`leading_columns` columns at a time, the terms read from ``src`` as they
+    are needed.  By blocks (``running``, see the module's docstring; ``partial`` holds a
+    block's suffixes and the next block's prefixes, k + 2 positions of those columns), else
+    each window adds its taps in order."""
     u = np.uint64
-    for c0 in range(0, cols, COLUMNS):
-        cw = min(COLUMNS, cols - c0)
+    step = leading_columns(k, running, partial.itemsize)
+    for c0 in range(0, cols, step):
+        cw = min(step, cols - c0)
         to0 = dst_at + c0
         at0 = src_at + c0
         if not running:
@@ -564,9 +587,8 @@ def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, factors, mode, mark, p, 
 def _plane_buffers_2d(dims, starts, segment, acc):
     """:func:`_plane_2d`'s scratch of ``acc``'s type."""
     t = acc.dtype
-    len_a = dims[PADDED, 0]
     rows = dims[OUT, 0] * dims[PADDED, 1] + SLACK
-    return (np.empty((len_a + 2) * COLUMNS, t), np.empty(rows, t),
+    return (np.empty(suffix_positions(dims, 1, acc.itemsize), t), np.empty(rows, t),
             *_lane_buffers(starts, segment, dims[RUNNING, 1] == 1, acc))
 
 
@@ -618,10 +640,10 @@ def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, factors, mode, mark, p, 
 def _plane_buffers_3d(dims, starts, segment, acc):
     """:func:`_plane_3d`'s scratch of ``acc``'s type."""
     t = acc.dtype
-    longest = max(dims[PADDED, 0], dims[PADDED, 1])
     rows = dims[OUT, 1] * dims[PADDED, 2] + SLACK
     sums0 = dims[OUT, 0] * dims[N, 1] * dims[N, 2]
-    return (np.empty((longest + 2) * COLUMNS, t), np.empty(rows, t), np.empty(sums0, t),
+    return (np.empty(suffix_positions(dims, 2, acc.itemsize), t), np.empty(rows, t),
+            np.empty(sums0, t),
             *_lane_buffers(starts, segment, dims[RUNNING, 2] == 1, acc))
 
 

@@ -230,13 +230,15 @@ def _check_block_scratch(label: str, plan: WindowPlan, running: tuple[bool, ...]
                          segments: np.ndarray) -> None:
     """Bound the block sums' scratch before any work (what window_blocks' kernels allocate,
     from ``segments``)."""
-    padded = block_sum_dims(plan, running)[window_blocks.PADDED]
+    dims = block_sum_dims(plan, running)
+    padded = dims[window_blocks.PADDED]
     slack = window_blocks.SLACK
     starts, positions = segments[window_blocks.STARTS], segments[window_blocks.POSITIONS]
     need = 3 * positions * slack + 2 * (starts + slack) * slack + slack
     if plan.rank > 1:
-        need += ((int(padded.max()) + 2) * window_blocks.COLUMNS
-                 + plan.out_shape[-2] * int(padded[-1]) + slack)
+        leading = int(dims[window_blocks.KERNEL, :-1].max())  # window_blocks.suffix_positions
+        need += ((leading + 2) * window_blocks.COLUMNS + plan.out_shape[-2] * int(padded[-1])
+                 + slack)
     if plan.rank == 3:
         need += plan.out_shape[0] * plan.in_shape[1] * plan.in_shape[2]
     check_table(label, "the block sums' scratch", (int(need),), np.float64)
