@@ -431,11 +431,12 @@ def test_block_sums_match_oracle(kind, case, monkeypatch):
     oracle.assert_within_bound(got, want, info, case.dtype, kind)
 
 
-# 1-D averages whose windows overlap by half or more go to the block sums, which sum the row
-# by doubling (ops/averaging.py, doubles_rows); the rest stay with the row sums.
+# 1-D averages whose windows overlap enough go to the block sums, which sum the row by
+# doubling (ops/averaging.py, doubles_rows); the rest stay with the row sums.
 DOUBLED_ROW_CASES = [
     (Case((2, 3, 500), [3], auto_pad="SAME_UPPER", specials=True, name="k3"), True),
-    (Case((1, 4, 700), [8], strides=[4], pads=[3, 3], dtype=F16, name="k8-s4"), True),
+    (Case((1, 4, 700), [20], strides=[4], pads=[3, 3], dtype=F16, name="k20-s4"), True),
+    (Case((1, 4, 700), [9], strides=[2], pads=[3, 3], name="k9-s2"), False),
     (Case((1, 2, 2100), [2], count_include_pad=1, pads=[1, 0], dtype=BF16, specials=True,
           name="k2-segments"), True),
     (Case((1, 3, 300), [13], dilations=[2], strides=[5], ceil_mode=1, pads=[4, 9],

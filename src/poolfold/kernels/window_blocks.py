@@ -22,9 +22,9 @@ first tap, ``(out - 1) * s + (k - 1) * d + 1`` of them), either
 Either way a window's sum adds its own values only, so an inf or a NaN stays in the windows
 that hold it.
 
-A leading axis is summed over whole rows of its inputs, up to :data:`COLUMNS` columns at a time
-(each step a loop over the columns that vectorises), its terms read from X as they are
-needed; a block's suffixes and the next block's prefix stay in the core's first-level
+A leading axis is summed over whole rows of its inputs, up to :data:`COLUMNS` columns at
+a time (each step a loop over the columns that vectorises), its terms read from X as they
+are needed; a block's suffixes and the next block's prefix stay in the core's first-level
 cache.  The last axis by doubling takes a row a segment at a time, or rows shorter than
 half a segment several at a time as one row; window by window it is summed across rows: a
 vector's worth of rows (16 float32 with AVX-512) is transposed in registers into lanes
@@ -35,21 +35,21 @@ ms (the row sums) to 2.1, and with the leading axis streamed from X, 63x63 over
 (4,16,256,256) from 3.5-3.8 ms to 3.0 and 63x63x63 over (2,8,64,64,64) from 6.5-6.8 to
 5.6-5.8.
 
-**Accuracy.**  The sums are of the ``acc`` argument's type: float32 for averages, float64
-for LpPool's |x| and x^2 (whose small values float32 would lose).  Along an axis a window's
-sum is a tree of additions of depth at most k - 1 (a suffix of j taps plus a prefix of
-k - j; by doubling at most log2(k) + popcount(k) - 1), and the axes nest, so the whole window's sum has depth at most ``sum(k_a - 1) <=
-|V| - 1``: its error is within ``(|V| - 1) * u * sum|x|``, on the average within ``|V| * u
-* max|x|``: the contract's bound for the accumulator's u (SEMANTICS.md, "Arithmetic"),
-before Y's one rounding.  A float64 sum of float32 terms cannot overflow; a float32 one can,
-where the average does not: a plane (1-D: a group of rows) with a float32 sum that is not
-finite is summed again in float64, and the averages Y then holds as inf or NaN, only, are
-stored from there (a window with an inf or a NaN gives the same either way): the kernels
-mark such planes in ``flagged``, and the op layer runs them again with float64 sums and
-``patch`` (the float64 kernel is compiled only when a call first needs it).  So each average
-depends on its window's values alone, whichever planes are pooled together.  A NaN
-is stored as one quiet NaN: LLVM may take a sum's operands in either order, and which of two
-NaNs an x86 sum keeps depends on it.
+**Accuracy.** The sums are of the ``acc`` argument's type: float32 for averages, float64 for
+LpPool's |x| and x^2 (whose small values float32 would lose).  Along an axis a window's sum
+is a tree of additions of depth at most k - 1 (a suffix of j taps plus a prefix of k - j; by
+doubling at most log2(k) + popcount(k) - 1), and the axes nest, so the whole window's sum
+has depth at most ``sum(k_a - 1) <= |V| - 1``: its error is within ``(|V| - 1) * u *
+sum|x|``, on the average within ``|V| * u * max|x|``: the contract's bound for the
+accumulator's u (SEMANTICS.md, "Arithmetic"), before Y's one rounding.  A float64 sum of
+float32 terms cannot overflow; a float32 one can, where the average does not: a plane (1-D:
+a group of rows) with a float32 sum that is not finite is summed again in float64, and the
+averages Y then holds as inf or NaN, only, are stored from there (a window with an inf or a
+NaN gives the same either way): the kernels mark such planes in ``flagged``, and the op
+layer runs them again with float64 sums and ``patch`` (the float64 kernel is compiled only
+when a call first needs it).  So each average depends on its window's values alone,
+whichever planes are pooled together.  A NaN is stored as one quiet NaN: LLVM may take a
+sum's operands in either order, and which of two NaNs an x86 sum keeps depends on it.
 
 **A plane** (each work item is one plane; 1-D rows a group of planes at a time):
 

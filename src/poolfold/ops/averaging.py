@@ -186,7 +186,7 @@ def takes_block_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float,
     one element per position, spatial rank 1 to 3, X of at most 4 bytes (averages summed in
     float32, and in float64 where that is not finite; LpPool's terms in float64, which they
     cannot overflow: not its scaled sums), over a window the row sums do not take, or a 1-D
-    average's windows that overlap by half or more (:func:`doubles_rows`).  Depends on the
+    average's windows that overlap enough (:func:`doubles_rows`).  Depends on the
     window, the type and the layout alone, never on the size of the tensor: a slab of it
     (poolfold.dask) takes the same path."""
     return (channels == 1 and plan.rank in BLOCK_SUM_KERNELS
@@ -196,11 +196,18 @@ def takes_block_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float,
 
 def doubles_rows(plan: WindowPlan, kind: str) -> bool:
     """Whether a 1-D average the row sums could take goes to the block sums, which sum the
-    row by doubling: windows of k >= 2s taps.  Measured, float32 (4,16,65536), two threads,
-    the row sums against the doubling: k=2 1.42 against 1.19 ms, 3 1.39 / 1.28, 7 1.58 /
-    1.52, 63 4.15 / 2.05; k=8 s=4 0.99 / 0.90, k=64 s=8 6.2 / 1.0; but k=3 s=2 0.96 / 1.33."""
-    return (kind == "average" and plan.rank == 1
-            and plan.kernel[0] >= 2 * plan.strides[0])
+    row by doubling: windows of k >= 2s taps at stride 1 or from stride 5 on (the row sums'
+    vector strided sums stop at stride 4), of k >= 5s at strides 2 to 4 (the doubling sums
+    every position, the row sums only the windows').  Measured, float32, two threads, the
+    row sums against the doubling: over (4,16,65536), k=2 1.42 against 1.19 ms, 3 1.39 /
+    1.28, 63 4.15 / 2.05, k=64 s=8 6.2 / 1.0; over (8,24,8192), k=3 d=3 0.58 / 0.61, k=5 s=2
+    0.48 / 0.63, k=9 s=2 0.57 / 0.66, k=12 s=2 0.67 / 0.68, k=16 s=2 0.75 / 0.61, k=12 s=3
+    0.55 / 0.57, k=16 s=3 0.66 / 0.51, k=8 s=4 0.44 / 0.42, k=16 s=4 0.64 / 0.46, k=20 s=4
+    0.68 / 0.53, k=10 s=5 0.73 / 0.48, k=6 s=6 0.48 / 0.46."""
+    if kind != "average" or plan.rank != 1:
+        return False
+    k, s = plan.kernel[0], plan.strides[0]
+    return k >= (5 * s if 2 <= s <= 4 else 2 * s)
 
 
 def doubles_last_axis(n: int, out: int, k: int) -> bool:
