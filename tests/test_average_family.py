@@ -409,9 +409,8 @@ for _i, _c in enumerate(BLOCK_SUM_CASES):
     _c.seed = 5000 + _i
 
 
-@pytest.mark.parametrize("kind", ["average", "lp"])
-@pytest.mark.parametrize("case", BLOCK_SUM_CASES, ids=ids(BLOCK_SUM_CASES))
-def test_block_sums_match_oracle(kind, case, monkeypatch):
+def block_sum_calls(monkeypatch) -> list:
+    """The ``dims`` table of each block-sums kernel call from now on (fresh launches)."""
     from poolfold.ops import averaging
 
     ran = []
@@ -420,6 +419,13 @@ def test_block_sums_match_oracle(kind, case, monkeypatch):
     monkeypatch.setattr(averaging, "BLOCK_SUM_KERNELS", {
         rank: (lambda *args, kernel=kernel: ran.append(args[3]) or kernel(*args))
         for rank, kernel in kernels.items()})
+    return ran
+
+
+@pytest.mark.parametrize("kind", ["average", "lp"])
+@pytest.mark.parametrize("case", BLOCK_SUM_CASES, ids=ids(BLOCK_SUM_CASES))
+def test_block_sums_match_oracle(kind, case, monkeypatch):
+    ran = block_sum_calls(monkeypatch)
     x = case.data()
     if kind == "lp":
         case = Case(**{**case.__dict__, "count_include_pad": 0, "p": 1 + case.seed % 3})
@@ -450,14 +456,7 @@ for _i, (_c, _) in enumerate(DOUBLED_ROW_CASES):
 @pytest.mark.parametrize("case, doubled", DOUBLED_ROW_CASES,
                          ids=[c.name for c, _ in DOUBLED_ROW_CASES])
 def test_short_1d_windows_are_summed_by_doubling(case, doubled, monkeypatch):
-    from poolfold.ops import averaging
-
-    ran = []
-    kernels = averaging.BLOCK_SUM_KERNELS
-    fresh_launches(monkeypatch)
-    monkeypatch.setattr(averaging, "BLOCK_SUM_KERNELS", {
-        rank: (lambda *args, kernel=kernel: ran.append(args[3]) or kernel(*args))
-        for rank, kernel in kernels.items()})
+    ran = block_sum_calls(monkeypatch)
     x = case.data()
     got = pooled("average", case, x)
     assert bool(ran) == doubled
