@@ -502,20 +502,21 @@ def _axis(dims, a):
 @njit
 def _lane_buffers(starts, segment, running, acc):
     """The last axis's scratch (see :func:`_last_axis`), of ``acc``'s type: window by
-    window, a segment's positions in lanes and their prefixes, its outputs' sums in lanes
-    and in rows; by doubling (``running``), a segment's partial sums and its outputs'."""
+    window, a segment's positions in lanes, its outputs' sums in lanes and in rows (the
+    second, empty); by doubling (``running``), a segment's partial sums and its outputs'
+    (the first and the third, empty)."""
     t = acc.dtype
     if running:
         return (np.empty(0, t), np.empty(segment, t), np.empty(0, t), np.empty(starts, t))
-    return (np.empty(segment * SLACK, t), np.empty(segment * SLACK, t),
+    return (np.empty(segment * SLACK, t), np.empty(0, t),
             np.empty((starts + SLACK) * SLACK, t), np.empty((starts + SLACK) * SLACK, t))
 
 
 @uncounted_helper
 def _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, factors, mode, mark, p, rows,
              ones, lanes, partial, lane_sums, sums, patch):
-    """Rows ``[r0, r1)`` of :func:`block_sums_1d`, a vector's worth at a time, in the type
-    of the buffers; whether a sum was not finite."""
+    """Rows ``[r0, r1)`` of :func:`block_sums_1d` (one at a time by doubling, else a
+    vector's worth at a time), in the type of the buffers; whether a sum was not finite."""
     n, out, k, s, d, pad, _, running = _axis(dims, 0)
     width = 1 if running else vector_width(lanes)  # doubling takes a row at a time
     flagged = False
@@ -539,8 +540,8 @@ def _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, factors, mode, mark,
 def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, patch, start,
                   stop):
     """Pool 1-D rows ``[start, stop)`` of ``x`` (rows, input size) into ``y`` (rows, output
-    size, Y's element type), a vector's worth of rows at a time, staged with their padding a
-    segment at a time: AVERAGE multiplies each window's sum by ``factors[0, o]`` (the
+    size, Y's element type), a row at a time by doubling (else a vector's worth of rows at a
+    time), staged with their padding a segment at a time: AVERAGE multiplies each window's sum by ``factors[0, o]`` (the
     divisor's inverse), ROOT takes its p-th root.  ``mark`` selects the term of each element
     (poolfold.kernels.window_sum); ``dims`` see the module's rows; ``segments``, the
     segmentation of the rows (:func:`segments`); the sums are of ``acc``'s type.  A row of a
