@@ -32,8 +32,8 @@ vector's worth of rows (16 float32 with AVX-512) is transposed in registers into
 vector, summed there as a leading axis is, and transposed back.  Measured (float32, two
 threads, stride 1, SAME): doubling took 1-D windows of 63 taps over (4,16,65536) from 4.2
 ms (the row sums) to 2.1, and with the leading axis streamed from X, 63x63 over
-(4,16,256,256) from 3.5-3.8 ms to 3.0 and 63x63x63 over (2,8,64,64,64) from 6.5-6.8 to
-5.6-5.8.
+(4,16,256,256) from 3.9 ms to 3.1-3.2 and 63x63x63 over (2,8,64,64,64) from 6.4-7.1 to
+5.6-5.9 (more in docs/architecture.md).
 
 **Accuracy.** The sums are of the ``acc`` argument's type: float32 for averages, float64 for
 LpPool's |x| and x^2 (whose small values float32 would lose).  Along an axis a window's sum
