@@ -28,7 +28,7 @@ from onnx import TensorProto, helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 from onnx.reference import ReferenceEvaluator
 
-from . import nodes, partition, placement, reference, schema, session_ops
+from . import blocked, nodes, partition, placement, reference, schema, session_ops
 from .errors import PoolfoldError, PoolfoldTypeError
 from .kernels.threads import park_spinning_threads
 
@@ -625,12 +625,15 @@ class _Sessions:
             provider_options=provider_options)
 
     def whole(self, graph_nodes: list[onnx.NodeProto], declared: session_ops.Declared,
-              shaped: bool = True):
+              shaped: bool = True, layout: blocked.Layout | None = None):
         """One session of the whole model, ``graph_nodes`` standing for its nodes, with the
         custom ops ``declared`` registered: (session, None), or (None, why not).  Not
-        ``shaped``: its inputs' shapes are left out."""
+        ``shaped``: its inputs' shapes are left out.  With a ``layout``, onnxruntime saves
+        the graph it optimised there."""
         options, providers, provider_options = _session_options(self._given,
                                                                  between_kernels=False)
+        if layout is not None:
+            layout.save_options(options)
         if self._given.get("session_options") is None:
             # a node's error is raised as poolfold's own; onnxruntime need not log it too
             options.log_severity_level = 4
@@ -654,6 +657,43 @@ class _Sessions:
             return self._session(model, options, shared, providers, provider_options), None
         except Exception as error:  # onnxruntime's errors are not one family
             return None, _first_line(error)
+
+    def may_lay_out(self) -> bool:
+        """Whether the one session may be laid out by onnxruntime first (see
+        :meth:`blocked`): not with the caller's own SessionOptions (they are used as they
+        are) or providers other than onnxruntime's CPU, nor with large weights."""
+        return (self._given.get("session_options") is None
+                and self._given.get("providers") in (None, ["CPUExecutionProvider"])
+                and blocked.weights_bytes(self._model) <= blocked.WEIGHTS_LIMIT)
+
+    def blocked(self, graph_nodes: list[onnx.NodeProto], declared: session_ops.Declared,
+                left: Sequence[onnx.NodeProto], plain: Mapping[str, onnx.NodeProto],
+                opsets: Mapping[str, int], blocks: int):
+        """The whole model's session with the pools ``left`` (nodes of ``graph_nodes``, each
+        of which runs as the custom op ``plain[its output]``) taken into onnxruntime's
+        blocked layout of ``blocks`` channels a block and run there by poolfold
+        (:mod:`poolfold.blocked`): (session, the outputs of the pools that run blocked), or
+        None where none of them is blocked or one is not found again."""
+        layout = blocked.Layout()
+        try:
+            laid_out, _ = self.whole(graph_nodes, declared, layout=layout)
+            if laid_out is None or not os.path.exists(layout.saved):
+                return None
+            del laid_out
+            if not layout.put_back(left, plain, lambda node: blocked.declare(
+                    declared, node, opsets, blocks)) or not layout.blocked:
+                return None
+            options, providers, provider_options = _session_options(self._given,
+                                                                     between_kernels=False)
+            options.log_severity_level = 4  # as whole()'s: a node's error is poolfold's
+            layout.read_options(options)
+            declared.register(options)
+            return self._session(layout.graph, options, [], providers,
+                                 provider_options), layout.blocked
+        except Exception:  # noqa: BLE001 -- onnxruntime's errors are not one family
+            return None
+        finally:
+            layout.close()
 
     def reference(self, step: partition.Step, types: dict) -> ReferenceEvaluator:
         initializers = [self._weights.tensor(name) for name in step.constants
@@ -760,7 +800,24 @@ def _one_session(model: onnx.ModelProto, plan: list[partition.Step],
             name=node.name, domain=declared.domain)
         steps.append(poolfold_step)
     graph_nodes = [replaced.get(id(node), node) for node in graph.node]
-    built, _ = sessions.whole(graph_nodes, declared)
+    # the pools onnxruntime may take into its blocked layout, left as its own nodes first
+    blocks = blocked.block_size() if sessions.may_lay_out() else 0
+    left = [node for node in graph.node
+            if blocks and id(node) in replaced and blocked.blockable(node, types, blocks)]
+    laid_out = None
+    if left:
+        left_ids = {id(node) for node in left}
+        plain = {node.output[0]: replaced[id(node)] for node in left}
+        laid_out = sessions.blocked(
+            [node if id(node) in left_ids else replaced.get(id(node), node)
+             for node in graph.node], declared, left, plain, opsets, blocks)
+    if laid_out is not None:
+        built, in_blocks = laid_out
+        for step in steps:
+            if step.runner == "poolfold" and step.nodes[0].output[0] in in_blocks:
+                step.reason = f"{step.reason}; {blocked.REASON}"
+    else:
+        built, _ = sessions.whole(graph_nodes, declared)
     if built is None:
         return None, None
     session = _OneSession(built, declared, lambda: sessions.whole(graph_nodes, declared,

@@ -176,8 +176,9 @@ class _Node:
     which poolfold's ops allocate it by (:func:`poolfold.memory.allocate`)."""
 
     def __init__(self, run: Callable, inputs: Sequence[bool], outputs: Sequence[int | None],
-                 names: Sequence[str], failures: list):
+                 names: Sequence[str], failures: list, blocks: int = 0):
         self._run = run
+        self._blocks = blocks  # see Declared.add
         self._given = list(inputs)  # which of the node's inputs the op takes, in order
         self._count = sum(self._given)
         self._places: dict[str, tuple[int, np.dtype]] = {}  # name -> (op's output, type)
@@ -205,6 +206,12 @@ class _Node:
                 continue
             data, element, rank, *dims = next(rows)
             inputs.append(_over(data, _dtype(element & 0xFFFFFFFF), tuple(dims[:rank])))
+        blocks = self._blocks
+        if blocks:
+            samples, shown = inputs[0].shape[0], _blocked_as_shown
+            inputs[0] = _blocked_as_channels_last(inputs[0], blocks)
+        else:
+            samples, shown = 0, _as_is
         handed: dict[int, np.ndarray] = {}
         key = tuple((a.shape, a.dtype) if a is not None else None for a in inputs)
         last_key, last_shapes = self._last
@@ -221,9 +228,9 @@ class _Node:
         def provide(what: str, shape: tuple, dtype: np.dtype) -> np.ndarray | None:
             place, wanted = self._places.get(what, (None, None))
             if place is None or place in handed or dtype != wanted \
-                    or expected.get(place) != shape:
+                    or expected.get(place) != shown(shape, samples):
                 return None  # a buffer of another kind or shape, or asked for twice
-            return output(place, dtype, shape)
+            return output(place, dtype, shown(shape, samples)).reshape(shape)
 
         memory.PLACES.provide = provide
         threads.HOSTED.host = (loaded.parallel, context)  # the pieces go to onnxruntime's threads
@@ -236,6 +243,7 @@ class _Node:
         for place, result in zip(self._kept, results):
             if place is None:
                 continue
+            result = result.reshape(shown(result.shape, samples))
             shapes[place] = result.shape
             target = handed.get(place)
             if target is None:
@@ -247,6 +255,26 @@ class _Node:
             if result.size:
                 _copy(target, result)
         self._last = (key, shapes)
+
+
+def _as_is(shape: tuple, samples: int) -> tuple:
+    return shape
+
+
+def _blocked_as_channels_last(x: np.ndarray, blocks: int) -> np.ndarray:
+    """A tensor in onnxruntime's blocked layout, shown as ``(N, C, D1, ..., Dr)`` with C a
+    multiple of ``blocks`` and laid out as ``(N, C / blocks, D1, ..., Dr, blocks)``: that
+    layout, as ``(N * C / blocks, D1, ..., Dr, blocks)`` channels-last samples."""
+    n, c = x.shape[:2]
+    if c % blocks:
+        raise RuntimeError(f"a blocked tensor of {c} channels, not a multiple of {blocks}")
+    return x.reshape((n * c // blocks,) + x.shape[2:] + (blocks,))
+
+
+def _blocked_as_shown(shape: tuple, samples: int) -> tuple:
+    """:func:`_blocked_as_channels_last`'s inverse on shapes, for ``samples`` N."""
+    channels = shape[0] * shape[-1] // samples if samples else 0
+    return (samples, channels) + tuple(shape[1:-1])
 
 
 def _copy(target: np.ndarray, result: np.ndarray) -> None:
@@ -306,17 +334,21 @@ class Declared:
         weakref.finalize(self, _forget, self._numbers)
 
     def add(self, run: Callable, inputs: Sequence[int | None], outputs: Sequence[int | None],
-            names: Sequence[str]) -> str:
+            names: Sequence[str], blocks: int = 0) -> str:
         """Declares a node: ``inputs`` and ``outputs`` give each of its values' element type
         (None for an omitted one), ``names`` its outputs' names in the op's schema.  Returns
-        the op's name in :attr:`domain`."""
+        the op's name in :attr:`domain`.
+
+        ``blocks``: the node's one input and its outputs are in onnxruntime's blocked
+        channel layout (NCHWc) of that many channels a block, which ``run`` takes and
+        gives as channels-last samples (see :mod:`poolfold.blocked`)."""
         given = [t for t in inputs if t is not None]
         kept = [t for t in outputs if t is not None]
         if len(given) > _MAX_VALUES or len(kept) > _MAX_VALUES:
             raise ValueError("too many inputs or outputs for a custom op")
         number = next(_NUMBERS)
         _NODES[number] = _Node(run, [t is not None for t in inputs], list(outputs), names,
-                               self.failures)
+                               self.failures, blocks)
         self._numbers.append(number)
         name = f"N{number}"
         self._ops.append((number, name, given, kept))
