@@ -280,3 +280,30 @@ def test_no_compiler_is_a_reason_not_a_crash(tmp_path, monkeypatch):
 def test_one_session_must_be_a_bool():
     with pytest.raises(poolfold.PoolfoldError, match="one_session"):
         poolfold.backend.prepare(onnx.load(str(models.path())), one_session="yes")
+
+
+def test_arrays_over_onnxruntimes_buffers_serve_again_only_over_the_same_buffers(
+        available, monkeypatch):
+    """A node keeps the arrays over the buffers onnxruntime handed it last: fed the same
+    array again (changed in place) it reads the new values through them, without building
+    new ones; fed another array (another buffer) it reads that one."""
+    built = []
+    original = session_ops._over
+    monkeypatch.setattr(session_ops, "_over",
+                        lambda *args: built.append(args[0]) or original(*args))
+    model = _pool_unpool_model(F, unpool=False)
+    rep = poolfold.backend.prepare(model)
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 3, 7, 9)).astype(np.float32)
+    for _ in range(3):
+        y, i = rep.run({"x": x})
+        want_y, want_i = oracle.max_pool(x, [2, 3], strides=[2, 2], pads=[0, 1, 1, 1])
+        np.testing.assert_array_equal(y, want_y)
+        np.testing.assert_array_equal(i, want_i)
+        x[...] = rng.standard_normal(x.shape)  # the same buffer, new values
+    assert built.count(x.ctypes.data) == 1  # onnxruntime reads a graph input in place
+    other = rng.standard_normal((2, 3, 7, 9)).astype(np.float32)
+    y, _ = rep.run({"x": other})
+    np.testing.assert_array_equal(y, oracle.max_pool(other, [2, 3], strides=[2, 2],
+                                                     pads=[0, 1, 1, 1])[0])
+    assert other.ctypes.data in built
