@@ -307,3 +307,49 @@ def test_arrays_over_onnxruntimes_buffers_serve_again_only_over_the_same_buffers
     np.testing.assert_array_equal(y, oracle.max_pool(other, [2, 3], strides=[2, 2],
                                                      pads=[0, 1, 1, 1])[0])
     assert other.ctypes.data in built
+
+
+def test_a_maxpool_runs_its_last_launch_again_over_the_same_buffers(available, monkeypatch):
+    """Handed the same buffers again, a MaxPool node runs the launch its last call made on
+    them, without the op's checks and allocations: the new values in those buffers pooled
+    right; other buffers, or another thread count, run the op in full.  An AveragePool
+    (whose float32 sums may be redone in float64, depending on the values) always runs in
+    full."""
+    graph_nodes = [
+        helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("AveragePool", ["x"], ["a"], kernel_shape=[2, 2]),
+    ]
+    model = _model(graph_nodes, [helper.make_tensor_value_info("x", F, (2, 8, 33, 33))],
+                   [helper.make_tensor_value_info("y", F, None),
+                    helper.make_tensor_value_info("a", F, None)])
+    rep = poolfold.backend.prepare(model)
+    assert rep.one_session
+    ran = []
+    for number, node in session_ops._NODES.items():
+        inner = node._run
+        monkeypatch.setattr(node, "_run", lambda inputs, inner=inner, number=number:
+                            ran.append(number) or inner(inputs))
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 8, 33, 33)).astype(np.float32)
+
+    def check():
+        y, a = rep.run({"x": x})
+        np.testing.assert_array_equal(y, oracle.max_pool(x, [3, 3], strides=[2, 2],
+                                                         pads=[1, 1, 1, 1])[0])
+        oracle.assert_within_bound(a, *oracle.average_pool(x, [2, 2]), np.float32, "average")
+
+    for _ in range(4):
+        check()
+        x[...] = rng.standard_normal(x.shape)  # the same buffer, new values
+    max_pool, average_pool = sorted(set(ran))
+    assert ran.count(average_pool) == 4
+    assert ran.count(max_pool) < 4  # replayed once its buffers repeat
+    ran.clear()
+    x = rng.standard_normal((2, 8, 33, 33)).astype(np.float32)  # another input buffer
+    check()
+    assert ran.count(max_pool) == 1
+    ran.clear()
+    monkeypatch.setenv("POOLFOLD_NUM_THREADS", "1")
+    check()
+    assert ran.count(max_pool) == 1

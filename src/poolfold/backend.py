@@ -794,7 +794,8 @@ def _one_session(model: onnx.ModelProto, plan: list[partition.Step],
         op = declared.add(poolfold_step.call,
                           [element[n] if n else None for n in node.input],
                           [element[n] if n else None for n in node.output],
-                          poolfold_step.output_names)
+                          poolfold_step.output_names,
+                          replayable=nodes.replayable(node.op_type, nodes.attributes_of(node)))
         replaced[id(node)] = helper.make_node(
             op, [n for n in node.input if n], [n for n in node.output if n],
             name=node.name, domain=declared.domain)

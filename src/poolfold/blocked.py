@@ -207,5 +207,6 @@ def declare(declared: session_ops.Declared, node: onnx.NodeProto, opsets: Mappin
     op = declared.add(run, [TensorProto.FLOAT], [TensorProto.FLOAT],
                       [schema.resolve(node.op_type, opsets[schema.AI_ONNX],
                                       schema.NHWC).outputs[0]],
-                      blocks=blocks)
+                      blocks=blocks,
+                      replayable=nodes.replayable(node.op_type, nodes.attributes_of(node)))
     return helper.make_node(op, [], [], domain=declared.domain)

@@ -97,6 +97,15 @@ def implements(domain: str, op_type: str) -> bool:
     return (domain, op_type) in _OPS
 
 
+def replayable(op_type: str, attributes: dict) -> bool:
+    """Whether a node's call, once its inputs are checked, is only its outputs' allocation
+    and its kernel launches, nothing that depends on the values or runs outside the
+    launches: MaxPool of either domain (a fused activation is one more launch).  Inside
+    onnxruntime's session such a node can run its last call's launch again where it is
+    handed the same buffers (:mod:`poolfold.session_ops`)."""
+    return op_type == "MaxPool"
+
+
 def attributes_of(node: onnx.NodeProto) -> dict:
     """The attributes a node sets, strings decoded (absent ones stay absent)."""
     values = {}

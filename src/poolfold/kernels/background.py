@@ -127,6 +127,12 @@ def pending() -> int:
                    and (job.process is None or job.process.poll() is None))
 
 
+def idle() -> bool:
+    """Whether no compile is queued, running, or done but not yet taken up by the call that
+    asked for it (whose launch may still stand in for the kernel until its next call)."""
+    return not _JOBS
+
+
 def wait(timeout: float | None = None) -> bool:
     """Wait until every queued background compile has finished (or ``timeout`` seconds
     passed); True if none is left."""

@@ -189,6 +189,9 @@ def launch_split(kernel, count: int, *args, work: int | None = None,
     only :data:`MIN_WORK_PER_NATIVE_PIECE` each."""
     if parts is None:
         parts = split_parts(count, work)
+    recorded = getattr(RECORDING, "calls", None)
+    if recorded is not None:
+        recorded.append((kernel, count, args, work, parts, crew))
     if parts == 1:
         return [kernel(*args, 0, count)]
     host = getattr(HOSTED, "host", None)
@@ -252,6 +255,10 @@ class BoundLaunch:
 
     def __call__(self, *arrays) -> None:
         if self.parts == 1:
+            recorded = getattr(RECORDING, "calls", None)
+            if recorded is not None:
+                recorded.append((self.kernel, self.count, (*arrays, *self.constants),
+                                 self.work, 1, self.crew))
             self.kernel(*arrays, *self.constants, 0, self.count)
             return
         native = self._native
@@ -288,6 +295,18 @@ def _piece_count(count: int, parts: int, work: int | None, least: int) -> int:
 # host's parallel-for function, its context), set by :mod:`poolfold.session_ops` while one
 # of poolfold's nodes runs inside onnxruntime, whose own threads then take the pieces.
 HOSTED = threading.local()
+
+# This thread's record of its launches, where :mod:`poolfold.session_ops` set ``calls`` to
+# a list: each launch_split call (and each one-part BoundLaunch call, which calls its kernel
+# itself) appends ``(kernel, count, args, work, parts, crew)``, which :func:`replay` runs
+# again.
+RECORDING = threading.local()
+
+
+def replay(recorded: tuple) -> None:
+    """A launch recorded by :data:`RECORDING` run again, on the same arrays."""
+    kernel, count, args, work, parts, crew = recorded
+    launch_split(kernel, count, *args, work=work, parts=parts, crew=crew)
 
 
 def _run_hosted(host: tuple[int, int], crew, kernel, count: int, parts: int,
