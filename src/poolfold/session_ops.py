@@ -38,11 +38,12 @@ import numpy as np
 from onnx import helper
 
 from . import memory
-from .kernels import background, threads
+from .kernels import background, handoff, native_split, threads
 
 DOMAIN_PREFIX = "poolfold.session"
 _SOURCE = Path(__file__).with_name("native") / "session_ops.c"
-_MAX_RANK = 61  # the most dims an input may have (the C side checks)
+_MAX_RANK = 61  # the most dims an input may have (the C side checks; its MAX_RANK)
+_FRAME_BYTES = 4096  # room for an armed launch's frame (see native_split.keep_hosted)
 _MAX_VALUES = 8  # the most inputs or outputs of one node (session_ops.c's MAX_TYPES)
 
 
@@ -69,6 +70,10 @@ class _Library:
         lib.pf_declare.argtypes = [ctypes.c_char_p, ctypes.c_int64, size, pointer, size,
                                    pointer]
         lib.pf_declare.restype = ctypes.c_int
+        lib.pf_arm.argtypes = [ctypes.c_int64, size, pointer, size, pointer, pointer, pointer,
+                               pointer, pointer, ctypes.c_int64, ctypes.c_int64,
+                               ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+        lib.pf_arm.restype = ctypes.c_int
         self.lib = lib
         self.parallel = ctypes.cast(lib.pf_parallel, ctypes.c_void_p).value
         # the ctypes function must live as long as the library may call it
@@ -177,8 +182,11 @@ class _Node:
 
     def __init__(self, run: Callable, inputs: Sequence[bool], outputs: Sequence[int | None],
                  names: Sequence[str], failures: list, blocks: int = 0,
-                 replayable: bool = False):
+                 replayable: bool = False, number: int = -1):
         self._run = run
+        self._number = number
+        # what the launch armed in the library reads (see _arm), kept alive while armed
+        self._armed: tuple | None = None
         self._blocks = blocks  # see Declared.add
         self._replayable = replayable
         # The last call's launch, to run again on the same buffers (see _replayed): (the
@@ -260,7 +268,7 @@ class _Node:
             given[place] = buffer if buffer.shape == shape else buffer.reshape(shape)
             return given[place]
 
-        recording = self._replayable and background.idle()
+        recording = self._replayable and background.settled()
         memory.PLACES.provide = provide
         threads.HOSTED.host = (loaded.parallel, context)  # the pieces go to onnxruntime's threads
         threads.RECORDING.calls = [] if recording else None
@@ -301,6 +309,50 @@ class _Node:
                 kept_dims.append(dims)
             self._replay = (handed_in, threads.kernel_threads(), tuple(outputs), launches[0],
                             kept_dims)
+            self._arm(loaded, handed_in, shapes, addresses, launches[0])
+
+    def _arm(self, loaded: _Library, handed_in: bytes, shapes: dict, addresses: dict,
+             launch: tuple) -> None:
+        """Arms the library with this call's launch (see ``replayed`` in session_ops.c):
+        its next calls over the same buffers then run it without calling back.  Only a
+        launch whose kernel runs natively (:class:`~poolfold.kernels.native_split.Crew`)
+        and returns nothing; not while the frame's function is compiling in the
+        background."""
+        kernel, count, args, work, parts, crew = launch
+        if crew is None or not crew.resolve(kernel, args) or crew.returns is not None \
+                or self._number < 0:
+            return
+        if parts == 1:
+            bounds = np.array([0, count], np.int64)
+        elif crew.split == (count, parts, work):
+            bounds = crew.bounds.copy()
+        else:
+            return
+        flags = np.zeros(handoff.ERROR + 1, np.int64)
+        results = np.zeros(len(bounds) - 1, np.int64)
+        frame = np.zeros(_FRAME_BYTES, np.uint8)
+        kept = (frame.ctypes.data, frame.size, flags, bounds, results, crew.address, None,
+                *args)
+        if not background.ready(native_split.keep_hosted, kept):
+            background.start_queued()
+            return
+        entry = native_split.keep_hosted(*kept)
+        if not entry:
+            return  # a frame larger than _FRAME_BYTES
+        places = np.array(list(shapes), np.int64)
+        ranks = np.array([len(shape) for shape in shapes.values()], np.int64)
+        dims = np.zeros((len(shapes), _MAX_RANK), np.int64)
+        for row, shape in zip(dims, shapes.values()):
+            row[:len(shape)] = shape
+        data = np.array([addresses[place] for place in shapes], np.int64)
+        facts = np.frombuffer(handed_in, np.int64)
+        previous = self._armed
+        self._armed = (facts, places, ranks, dims, data, flags, bounds, results, frame, args)
+        if loaded.lib.pf_arm(self._number, self._count, facts.ctypes.data, len(shapes),
+                             places.ctypes.data, ranks.ctypes.data, dims.ctypes.data,
+                             data.ctypes.data, flags.ctypes.data, handoff.CLAIMS,
+                             handoff.ERROR, entry, frame.ctypes.data, parts):
+            self._armed = previous
 
     def _replayed(self, replay: tuple, loaded: _Library, context: int, facts: np.ndarray,
                   address: int, fetched: dict) -> bool:
@@ -441,7 +493,7 @@ class Declared:
             raise ValueError("too many inputs or outputs for a custom op")
         number = next(_NUMBERS)
         _NODES[number] = _Node(run, [t is not None for t in inputs], list(outputs), names,
-                               self.failures, blocks, replayable)
+                               self.failures, blocks, replayable, number)
         self._numbers.append(number)
         name = f"N{number}"
         self._ops.append((number, name, given, kept))
@@ -471,4 +523,7 @@ class Declared:
 
 def _forget(numbers: list[int]) -> None:
     for number in numbers:
-        _NODES.pop(number, None)
+        node = _NODES.pop(number, None)
+        if node is not None and node._armed is not None and _LOADED is not None:
+            _LOADED.lib.pf_arm(number, 0, None, 0, None, None, None, None, None, 0, 0, 0, 0,
+                               0)

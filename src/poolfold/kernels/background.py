@@ -133,6 +133,21 @@ def idle() -> bool:
     return not _JOBS
 
 
+def settled() -> bool:
+    """:func:`idle`, once the compiles that are done are taken up (their kernels then run
+    from the cache, as :func:`ready` says on their launches' next calls): true before a call
+    means no launch of that call stands in."""
+    if _JOBS:
+        with _LOCK:
+            _advance()
+            for key, job in list(_JOBS.items()):
+                finished = job.process is not None and job.process.poll() is not None
+                if job.failed or finished or _done_elsewhere(job):
+                    _READY.add(key)
+                    del _JOBS[key]
+    return not _JOBS
+
+
 def wait(timeout: float | None = None) -> bool:
     """Wait until every queued background compile has finished (or ``timeout`` seconds
     passed); True if none is left."""

@@ -119,6 +119,28 @@ def _claim_pieces(flags, bounds, results, address, returns, arguments):
         results[piece] = value
 
 
+def _entry(context, builder, frame_type, pointer_type):
+    """The function ``void(i8*)`` that runs :func:`_claim_pieces` on the frame (of
+    ``frame_type``, at a ``pointer_type``) at its argument, one per frame type in a
+    module."""
+    module = builder.module
+    # its name only needs to be unique in the module
+    name = "poolfold_pieces_" + hashlib.sha1(str(frame_type).encode()).hexdigest()
+    entry = module.globals.get(name)
+    if entry is None:
+        entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t]), name)
+        entry.linkage = "internal"
+        inner = ir.IRBuilder(entry.append_basic_block())
+        value = inner.load(inner.bitcast(entry.args[0], pointer_type))
+        members = [inner.extract_value(value, i) for i in range(len(frame_type))]
+        claim = types.void(*frame_type.types)
+        compiled = context.compile_subroutine(inner, _claim_pieces, claim)
+        # _claim_pieces raises nothing (the kernel's errors are flagged in the frame)
+        context.call_internal_no_propagate(inner, compiled.fndesc, claim, members)
+        inner.ret_void()
+    return entry
+
+
 @intrinsic
 def _stage(typingctx, frame):
     """(the address of ``frame`` stored on the caller's stack, the address of a function
@@ -126,29 +148,46 @@ def _stage(typingctx, frame):
     result = types.UniTuple(types.int64, 2)
 
     def codegen(context, builder, signature, args):
-        frame_type = signature.args[0]
         slot = cgutils.alloca_once_value(builder, args[0])
-        module = builder.module
-        # one entry per frame type in a module; its name only needs to be unique there
-        name = "poolfold_pieces_" + hashlib.sha1(str(frame_type).encode()).hexdigest()
-        entry = module.globals.get(name)
-        if entry is None:
-            entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [cgutils.voidptr_t]),
-                                name)
-            entry.linkage = "internal"
-            inner = ir.IRBuilder(entry.append_basic_block())
-            value = inner.load(inner.bitcast(entry.args[0], slot.type))
-            members = [inner.extract_value(value, i) for i in range(len(frame_type))]
-            claim = types.void(*frame_type.types)
-            compiled = context.compile_subroutine(inner, _claim_pieces, claim)
-            # _claim_pieces raises nothing (the kernel's errors are flagged in the frame)
-            context.call_internal_no_propagate(inner, compiled.fndesc, claim, members)
-            inner.ret_void()
+        entry = _entry(context, builder, signature.args[0], slot.type)
         i64 = ir.IntType(64)
         return context.make_tuple(builder, result, [builder.ptrtoint(slot, i64),
                                                     builder.ptrtoint(entry, i64)])
 
     return result(frame), codegen
+
+
+def _unowned(context, builder, kind, value):
+    """``value`` with every array in it (tuples searched) without its owner, as
+    :func:`_unshared` makes one: a frame kept past its call holds arrays whose owners numba
+    made for that call only."""
+    if isinstance(kind, types.Array):
+        return _unshared(context, builder, kind, value)
+    if isinstance(kind, types.BaseTuple):
+        members = [_unowned(context, builder, member, builder.extract_value(value, i))
+                   for i, member in enumerate(kind.types)]
+        return context.make_tuple(builder, kind, members)
+    return value
+
+
+@intrinsic
+def _keep(typingctx, buffer, size, frame):
+    """Stores ``frame`` (its arrays without their owners) at the address ``buffer`` of
+    ``size`` bytes: the address of the function ``void(i8*)`` that runs
+    :func:`_claim_pieces` on it, or 0 where it does not fit."""
+    def codegen(context, builder, signature, args):
+        frame_type = signature.args[2]
+        value_type = context.get_value_type(frame_type)
+        needed = context.get_abi_sizeof(value_type)
+        at = builder.inttoptr(args[0], value_type.as_pointer())
+        entry = _entry(context, builder, frame_type, value_type.as_pointer())
+        i64 = ir.IntType(64)
+        fits = builder.icmp_signed(">=", args[1], ir.Constant(i64, needed))
+        with builder.if_then(fits):
+            builder.store(_unowned(context, builder, frame_type, args[2]), at)
+        return builder.select(fits, builder.ptrtoint(entry, i64), ir.Constant(i64, 0))
+
+    return types.int64(buffer, size, frame), codegen
 
 
 @kernel()
@@ -191,6 +230,16 @@ def _call_host(typingctx, host, context, entry, frame, threads):
         return context_.get_dummy_value()
 
     return types.void(types.int64, types.int64, types.int64, types.int64, types.int64), codegen
+
+
+@kernel()
+def keep_hosted(buffer, size, flags, bounds, results, address, returns, *arguments):
+    """:func:`run_pieces_hosted`'s frame stored at the address ``buffer`` (``size`` bytes)
+    instead of run: the address of the function ``void(i8*)`` a host's threads call on it
+    to claim and run the pieces, or 0 where it does not fit.  Whoever calls it must keep
+    ``flags``, ``bounds``, ``results`` and the arguments' arrays alive, and zero the flags'
+    CLAIMS and ERROR before each call (see :mod:`poolfold.session_ops`)."""
+    return _keep(buffer, size, (flags, bounds, results, address, returns, arguments))
 
 
 @kernel()

@@ -125,9 +125,14 @@ static OrtStatus *create_kernel_v2(const OrtCustomOp *op, OrtApiTable given,
     return NULL;
 }
 
+static int replayed(int64_t node, OrtKernelContext *context);
+
 static OrtStatus *compute_v2(void *kernel, OrtKernelContext *context)
 {
-    if (callback == NULL || callback(((NodeOp *)kernel)->node, context) != 0)
+    int64_t node = ((NodeOp *)kernel)->node;
+    if (replayed(node, context))
+        return NULL;
+    if (callback == NULL || callback(node, context) != 0)
         return CALL(SLOT_CREATE_STATUS, OrtStatus *(*)(int, const char *))(
             ORT_RUNTIME_EXCEPTION, "poolfold: the node's kernel raised an error");
     return NULL;
@@ -323,4 +328,167 @@ EXPORT void pf_parallel(OrtKernelContext *context, int64_t entry, int64_t frame,
             CALL(SLOT_RELEASE_STATUS, void (*)(OrtStatus *))(status);
         run_job(&job, 0);
     }
+}
+
+/* ---------------------------------------------------------------------- replays
+ *
+ * A node whose call is its outputs' allocation and one launch of a kernel's pieces (a
+ * MaxPool's: see poolfold.session_ops) is armed by Python with that launch, kept: the
+ * inputs' facts it was made on, the outputs' shapes and the buffers onnxruntime gave them,
+ * and a frame that claims and runs the pieces (poolfold.kernels.native_split.keep_hosted).
+ * Its next call, handed the same buffers, runs that frame here, with no Python at all;
+ * anything else calls back.  Python runs cold after onnxruntime's kernels: a callback cost
+ * googlenet's MaxPools about 40 us each around their kernels. */
+
+#define MAX_RANK 61 /* as poolfold.session_ops._MAX_RANK */
+#define FACTS (3 + MAX_RANK) /* a row of pf_inputs' facts */
+
+typedef struct Replay {
+    size_t inputs, outputs;
+    int64_t input_facts[MAX_TYPES][FACTS];
+    int64_t places[MAX_TYPES], ranks[MAX_TYPES], dims[MAX_TYPES][MAX_RANK];
+    int64_t data[MAX_TYPES];
+    int64_t *flags; /* the frame's; its claims and error zeroed before each run */
+    int64_t claims, error, entry, frame, threads;
+    int threads_set; /* POOLFOLD_NUM_THREADS when armed: a call under another calls back */
+    char threads_variable[32];
+} Replay;
+
+#define THREADS_VARIABLE "POOLFOLD_NUM_THREADS"
+
+static int same_threads(const Replay *r)
+{
+    const char *now = getenv(THREADS_VARIABLE);
+    if (now == NULL)
+        return !r->threads_set;
+    return r->threads_set && strncmp(now, r->threads_variable, sizeof r->threads_variable) == 0;
+}
+
+typedef struct Slot {
+    int busy; /* held by a run or by an arming, never waited for by a run */
+    Replay *replay;
+} Slot;
+
+#define SLOT_BITS 10
+#define CHUNKS 4096 /* node numbers below 2^22 */
+static Slot *chunks[CHUNKS];
+
+static Slot *slot_of(int64_t node, int create)
+{
+    if (node < 0 || (node >> SLOT_BITS) >= CHUNKS)
+        return NULL;
+    Slot **at = &chunks[node >> SLOT_BITS];
+    Slot *chunk = __atomic_load_n(at, __ATOMIC_ACQUIRE);
+    if (chunk == NULL && create) {
+        Slot *fresh = calloc((size_t)1 << SLOT_BITS, sizeof(Slot));
+        if (fresh == NULL)
+            return NULL;
+        chunk = NULL;
+        if (__atomic_compare_exchange_n(at, &chunk, fresh, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            chunk = fresh;
+        else
+            free(fresh); /* another thread's chunk, now in chunk */
+    }
+    return chunk == NULL ? NULL : &chunk[node & (((int64_t)1 << SLOT_BITS) - 1)];
+}
+
+static int take(Slot *slot) { return __atomic_exchange_n(&slot->busy, 1, __ATOMIC_ACQUIRE) == 0; }
+static void give(Slot *slot) { __atomic_store_n(&slot->busy, 0, __ATOMIC_RELEASE); }
+
+/* Whether the node's kept launch ran for this call: its inputs and outputs in the buffers
+ * it was made on, and no piece flagged an error.  Outputs asked for before it gave up are
+ * asked for again by the callback (onnxruntime hands the same tensor). */
+static int replayed(int64_t node, OrtKernelContext *context)
+{
+    Slot *slot = slot_of(node, 0);
+    if (slot == NULL || __atomic_load_n(&slot->replay, __ATOMIC_RELAXED) == NULL ||
+        !take(slot))
+        return 0; /* none, or in use by another run (which is handed other buffers) */
+    Replay *r = slot->replay;
+    int done = 0;
+    int64_t facts[FACTS];
+    if (r != NULL && !same_threads(r))
+        goto out;
+    for (size_t i = 0; r != NULL && i < r->inputs; i++) {
+        void *data = NULL;
+        int type = 0;
+        size_t rank = 0;
+        if (pf_input(context, i, &data, &type, facts + 3, MAX_RANK, &rank) != 0 ||
+            (int64_t)(intptr_t)data != r->input_facts[i][0] || type != r->input_facts[i][1] ||
+            (int64_t)rank != r->input_facts[i][2] ||
+            memcmp(facts + 3, r->input_facts[i] + 3, rank * sizeof(int64_t)) != 0)
+            goto out;
+    }
+    for (size_t j = 0; r != NULL && j < r->outputs; j++) {
+        void *data = NULL;
+        if (pf_output(context, (size_t)r->places[j], r->dims[j], (size_t)r->ranks[j], &data) !=
+                0 ||
+            (int64_t)(intptr_t)data != r->data[j])
+            goto out;
+    }
+    if (r == NULL)
+        goto out;
+    __atomic_store_n(&r->flags[r->claims], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->flags[r->error], 0, __ATOMIC_RELEASE);
+    pf_parallel(context, r->entry, r->frame, r->threads);
+    done = __atomic_load_n(&r->flags[r->error], __ATOMIC_ACQUIRE) == 0;
+out:
+    give(slot);
+    return done;
+}
+
+/* Arms node `node` with a kept launch (see Replay; `input_facts` as pf_inputs writes them,
+ * FACTS int64 a row; `dims` MAX_RANK a row), or disarms it with inputs = 0: 0 on success.
+ * Waits for a run of the node in progress. */
+EXPORT int pf_arm(int64_t node, size_t inputs, const int64_t *input_facts, size_t outputs,
+                  const int64_t *places, const int64_t *ranks, const int64_t *dims,
+                  const int64_t *data, int64_t *flags, int64_t claims, int64_t error,
+                  int64_t entry, int64_t frame, int64_t threads)
+{
+    if (inputs > MAX_TYPES || outputs > MAX_TYPES)
+        return 1;
+    Slot *slot = slot_of(node, inputs > 0);
+    if (slot == NULL)
+        return inputs > 0;
+    Replay *r = NULL;
+    if (inputs > 0) {
+        r = calloc(1, sizeof *r);
+        if (r == NULL)
+            return 1;
+        r->inputs = inputs;
+        r->outputs = outputs;
+        memcpy(r->input_facts, input_facts, inputs * FACTS * sizeof(int64_t));
+        for (size_t j = 0; j < outputs; j++) {
+            if (ranks[j] < 0 || ranks[j] > MAX_RANK) {
+                free(r);
+                return 1;
+            }
+            r->places[j] = places[j];
+            r->ranks[j] = ranks[j];
+            memcpy(r->dims[j], dims + j * MAX_RANK, (size_t)ranks[j] * sizeof(int64_t));
+            r->data[j] = data[j];
+        }
+        r->flags = flags;
+        r->claims = claims;
+        r->error = error;
+        r->entry = entry;
+        r->frame = frame;
+        r->threads = threads;
+        const char *variable = getenv(THREADS_VARIABLE);
+        if (variable != NULL && strlen(variable) >= sizeof r->threads_variable) {
+            free(r); /* a value this long is not a count: the callback warns of it */
+            return 1;
+        }
+        r->threads_set = variable != NULL;
+        if (variable != NULL)
+            strcpy(r->threads_variable, variable);
+    }
+    while (!take(slot))
+        ; /* a run of this node holds it for one kernel's time */
+    Replay *old = slot->replay;
+    __atomic_store_n(&slot->replay, r, __ATOMIC_RELEASE);
+    give(slot);
+    free(old);
+    return 0;
 }
