@@ -777,6 +777,8 @@ def _one_session(model: onnx.ModelProto, plan: list[partition.Step],
     declared = session_ops.Declared(lib)
     steps: list = []
     replaced: dict[int, onnx.NodeProto] = {}  # id of a node of the graph -> its custom op
+    # an initializer that is also a graph input may be fed another value
+    constants = {t.name for t in graph.initializer} - {v.name for v in graph.input}
     for step in plan:
         if step.kind != partition.POOLFOLD:
             steps.append(_SessionPart(step))
@@ -795,7 +797,8 @@ def _one_session(model: onnx.ModelProto, plan: list[partition.Step],
                           [element[n] if n else None for n in node.input],
                           [element[n] if n else None for n in node.output],
                           poolfold_step.output_names,
-                          replayable=nodes.replayable(node.op_type, nodes.attributes_of(node)))
+                          replayable=nodes.replayable(
+                              node.op_type, [n in constants for n in node.input]))
         replaced[id(node)] = helper.make_node(
             op, [n for n in node.input if n], [n for n in node.output if n],
             name=node.name, domain=declared.domain)

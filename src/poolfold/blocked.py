@@ -208,5 +208,5 @@ def declare(declared: session_ops.Declared, node: onnx.NodeProto, opsets: Mappin
                       [schema.resolve(node.op_type, opsets[schema.AI_ONNX],
                                       schema.NHWC).outputs[0]],
                       blocks=blocks,
-                      replayable=nodes.replayable(node.op_type, nodes.attributes_of(node)))
+                      replayable=nodes.replayable(node.op_type, [False]))
     return helper.make_node(op, [], [], domain=declared.domain)

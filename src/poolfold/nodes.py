@@ -97,13 +97,18 @@ def implements(domain: str, op_type: str) -> bool:
     return (domain, op_type) in _OPS
 
 
-def replayable(op_type: str, attributes: dict) -> bool:
+def replayable(op_type: str, constant_inputs: Sequence[bool]) -> bool:
     """Whether a node's call, once its inputs are checked, is only its outputs' allocation
-    and its kernel launches, nothing that depends on the values or runs outside the
-    launches: MaxPool of either domain (a fused activation is one more launch).  Inside
-    onnxruntime's session such a node can run its last call's launch again where it is
-    handed the same buffers (:mod:`poolfold.session_ops`)."""
-    return op_type == "MaxPool"
+    and its kernel launches, nothing that depends on the values of its inputs or runs
+    outside the launches: MaxPool of either domain (a fused activation is one more launch),
+    and Col2Im whose image_shape and block_shape are constants (``constant_inputs``: per
+    input, whether it is an initializer; a half type's rounding copy and a string tensor's
+    fold are not launches, and leave its output out of place, which no replay takes).
+    Inside onnxruntime's session such a node can run its last call's launch again where it
+    is handed the same buffers (:mod:`poolfold.session_ops`)."""
+    if op_type == "MaxPool":
+        return True
+    return op_type == "Col2Im" and len(constant_inputs) == 3 and all(constant_inputs[1:])
 
 
 def attributes_of(node: onnx.NodeProto) -> dict:
