@@ -387,23 +387,28 @@ def test_a_finished_background_compile_is_taken_up_before_a_call_records(monkeyp
     assert not background.settled()
 
 
-@pytest.mark.parametrize("shapes_constant", [True, False])
+@pytest.mark.parametrize("shapes_constant", [True, "Constant", False])
 def test_col2im_replays_only_with_constant_shapes(available, monkeypatch, shapes_constant):
-    """A Col2Im whose image_shape and block_shape are initializers runs its kept launch
-    over the same buffers; fed as graph inputs, whose values may change in the same buffer,
-    it runs in full every time, and each call has its own output shape."""
+    """A Col2Im whose image_shape and block_shape are initializers (or Constant nodes' outputs,
+    as torch exports them) runs its kept launch over the same buffers; fed as graph inputs,
+    whose values may change in the same buffer, it runs in full every time, and each call
+    has its own output shape."""
     image, block = np.array([5, 6], np.int64), np.array([2, 3], np.int64)
-    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"])
+    nodes = [helper.make_node("Col2Im", ["x", "image", "block"], ["y"])]
     if shapes_constant:
         inputs = [helper.make_tensor_value_info("x", F, (2, 6, 16))]
         initializers = [numpy_helper.from_array(image, "image"),
                         numpy_helper.from_array(block, "block")]
+        if shapes_constant == "Constant":
+            nodes = [helper.make_node("Constant", [], [t.name], value=t)
+                     for t in initializers] + nodes
+            initializers = []
     else:
         inputs = [helper.make_tensor_value_info("x", F, (2, 6, None)),
                   helper.make_tensor_value_info("image", TensorProto.INT64, (2,)),
                   helper.make_tensor_value_info("block", TensorProto.INT64, (2,))]
         initializers = []
-    model = _model([node], inputs, [helper.make_tensor_value_info("y", F, None)],
+    model = _model(nodes, inputs, [helper.make_tensor_value_info("y", F, None)],
                    initializers)
     rep = poolfold.backend.prepare(model)
     assert rep.one_session

@@ -777,8 +777,11 @@ def _one_session(model: onnx.ModelProto, plan: list[partition.Step],
     declared = session_ops.Declared(lib)
     steps: list = []
     replaced: dict[int, onnx.NodeProto] = {}  # id of a node of the graph -> its custom op
-    # an initializer that is also a graph input may be fed another value
-    constants = {t.name for t in graph.initializer} - {v.name for v in graph.input}
+    # values no run changes: initializers (not those that are also graph inputs, which may
+    # be fed another value) and Constant nodes' outputs (as torch exports Col2Im's shapes)
+    constants = ({t.name for t in graph.initializer} - {v.name for v in graph.input}) | {
+        n.output[0] for n in graph.node
+        if n.op_type == "Constant" and partition.default_domain(n.domain) == schema.AI_ONNX}
     for step in plan:
         if step.kind != partition.POOLFOLD:
             steps.append(_SessionPart(step))

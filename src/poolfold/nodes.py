@@ -102,7 +102,7 @@ def replayable(op_type: str, constant_inputs: Sequence[bool]) -> bool:
     and its kernel launches, nothing that depends on the values of its inputs or runs
     outside the launches: MaxPool of either domain (a fused activation is one more launch),
     and Col2Im whose image_shape and block_shape are constants (``constant_inputs``: per
-    input, whether it is an initializer; a half type's rounding copy and a string tensor's
+    input, whether no run changes it; a half type's rounding copy and a string tensor's
     fold are not launches, and leave its output out of place, which no replay takes).
     Inside onnxruntime's session such a node can run its last call's launch again where it
     is handed the same buffers (:mod:`poolfold.session_ops`)."""
