@@ -428,3 +428,28 @@ def test_col2im_replays_only_with_constant_shapes(available, monkeypatch, shapes
         del y  # a graph output still held takes its buffer out of onnxruntime's reach
         x[...] = rng.standard_normal(x.shape)
     assert len(ran) == (2 if shapes_constant else 4)
+
+
+def test_a_dropped_model_disarms_its_nodes(available):
+    """Once a prepared model is gone, its nodes' kept launches are taken out of the library
+    (their arrays are freed with the model): the node numbers are no longer known, and a new
+    model's nodes arm afresh."""
+    import gc
+
+    graph_nodes = [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2])]
+    model = _model(graph_nodes, [helper.make_tensor_value_info("x", F, (1, 4, 8, 8))],
+                   [helper.make_tensor_value_info("y", F, None)])
+    x = np.random.default_rng(15).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    want = oracle.max_pool(x, [2, 2])[0]
+    rep = poolfold.backend.prepare(model)
+    for _ in range(3):
+        np.testing.assert_array_equal(rep.run({"x": x})[0], want)
+    number = max(session_ops._NODES)
+    assert session_ops._NODES[number]._armed is not None
+    del rep
+    gc.collect()
+    assert number not in session_ops._NODES
+    again = poolfold.backend.prepare(model)
+    for _ in range(3):
+        np.testing.assert_array_equal(again.run({"x": x})[0], want)
+    assert session_ops._NODES[max(session_ops._NODES)]._armed is not None
