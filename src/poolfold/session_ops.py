@@ -10,6 +10,11 @@ inputs in place (arrays over onnxruntime's buffers), runs the node as the split 
 (:func:`poolfold.nodes.bind`), asks onnxruntime for each output in the shape found, and
 copies the result there.
 
+A node handed the same buffers run after run (onnxruntime's arena keeps them) keeps the
+arrays over them, and a node whose call is only its outputs' allocation and one kernel
+launch (:func:`poolfold.nodes.replayable`) keeps that launch: the library then runs it
+itself over those buffers, without calling back (see ``replayed`` in the C file).
+
 The ops come from a small C library (``native/session_ops.c``), compiled once per machine
 with the C compiler (``CC``, else the one Python was built with, else ``cc``) into
 poolfold's cache folder (``POOLFOLD_CACHE_DIR``, default ``~/.cache/poolfold``), where
