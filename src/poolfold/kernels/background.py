@@ -98,17 +98,20 @@ def ready(kernel, args) -> bool:
             _JOBS[key] = _Job(kernel, signature)
             return False
         _advance()
-        if _done_elsewhere(job):  # compiled by another process
-            _READY.add(key)
-            del _JOBS[key]
-            return True
-        if job.failed or (job.process is not None and job.process.poll() is not None):
-            # Done: the call loads the kernel from the cache.  Failed, or the cache is one
-            # this process cannot read: the call compiles it here, as numba would.
+        if _finished(job):
             _READY.add(key)
             del _JOBS[key]
             return True
         return False
+
+
+def _finished(job: _Job) -> bool:
+    """Whether a job's call need not wait any more (under ``_LOCK``): compiled by another
+    process, or its child is done (the call loads the kernel from the cache; where the child
+    failed, or wrote a cache this process cannot read, the call compiles it here, as numba
+    would), or it failed to start."""
+    return _done_elsewhere(job) or job.failed or (
+        job.process is not None and job.process.poll() is not None)
 
 
 def start_queued() -> None:
@@ -141,8 +144,7 @@ def settled() -> bool:
         with _LOCK:
             _advance()
             for key, job in list(_JOBS.items()):
-                finished = job.process is not None and job.process.poll() is not None
-                if job.failed or finished or _done_elsewhere(job):
+                if _finished(job):
                     _READY.add(key)
                     del _JOBS[key]
     return not _JOBS

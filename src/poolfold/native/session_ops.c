@@ -408,9 +408,9 @@ static int replayed(int64_t node, OrtKernelContext *context)
     Replay *r = slot->replay;
     int done = 0;
     int64_t facts[FACTS];
-    if (r != NULL && !same_threads(r))
-        goto out;
-    for (size_t i = 0; r != NULL && i < r->inputs; i++) {
+    if (r == NULL || !same_threads(r))
+        goto out; /* disarmed since the check above, or another thread count */
+    for (size_t i = 0; i < r->inputs; i++) {
         void *data = NULL;
         int type = 0;
         size_t rank = 0;
@@ -420,15 +420,13 @@ static int replayed(int64_t node, OrtKernelContext *context)
             memcmp(facts + 3, r->input_facts[i] + 3, rank * sizeof(int64_t)) != 0)
             goto out;
     }
-    for (size_t j = 0; r != NULL && j < r->outputs; j++) {
+    for (size_t j = 0; j < r->outputs; j++) {
         void *data = NULL;
         if (pf_output(context, (size_t)r->places[j], r->dims[j], (size_t)r->ranks[j], &data) !=
                 0 ||
             (int64_t)(intptr_t)data != r->data[j])
             goto out;
     }
-    if (r == NULL)
-        goto out;
     __atomic_store_n(&r->flags[r->claims], 0, __ATOMIC_RELAXED);
     __atomic_store_n(&r->flags[r->error], 0, __ATOMIC_RELEASE);
     pf_parallel(context, r->entry, r->frame, r->threads);
