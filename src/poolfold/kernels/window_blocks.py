@@ -14,10 +14,11 @@ first tap, ``(out - 1) * s + (k - 1) * d + 1`` of them), either
   plus a prefix).  Three additions per position whatever the window.  The blocks start
   where the padded row starts, so these sums round as the row's start places them:
   poolfold.dask keeps such axes whole (:func:`poolfold.ops.averaging.row_start_axes`);
-- the last axis by doubling (:func:`_doubled_sums`): the sums of 2, 4, 8 ... taps from
-  every position, each a pass of vectors over the row, and a window adds those that make
-  up its k taps: about log2(k) + popcount(k) passes.  A window's sum is then a tree grouped
-  by its taps' places in the window alone, wherever the row starts.
+- the last axis by doubling (:func:`_doubled_levels`): the sums of 2, 4, 8 ... taps from
+  every position, each level a pass of vectors over the row, and a window adds the levels
+  that make up its k taps (:func:`_window_sums`), each output vector its pieces in
+  registers: about log2(k) passes and one more.  A window's sum is then a tree grouped by
+  its taps' places in the window alone, wherever the row starts.
 
 Either way a window's sum adds its own values only, so an inf or a NaN stays in the windows
 that hold it.
@@ -25,15 +26,16 @@ that hold it.
 A leading axis is summed over whole rows of its inputs, up to :data:`COLUMNS` columns at
 a time (each step a loop over the columns that vectorises), its terms read from X as they
 are needed; a block's suffixes and the next block's prefix stay in the core's first-level
-cache.  The last axis by doubling takes a row a segment at a time, or rows shorter than
-half a segment several at a time as one row; window by window it is summed across rows: a
+cache.  The last axis by doubling takes a row a segment at a time, or the levels of rows
+shorter than half a segment several rows at a time, as one row; window by window it is summed across rows: a
 vector's worth of rows (16 float32 with AVX-512) is transposed in registers into lanes
 (:func:`poolfold.kernels.simd.transpose_tile`), so that position j of every row is one
 vector, summed there as a leading axis is, and transposed back.  Measured (float32, two
 threads, stride 1, SAME): doubling took 1-D windows of 63 taps over (4,16,65536) from 4.2
 ms (the row sums) to 2.1, and with the leading axis streamed from X, 63x63 over
 (4,16,256,256) from 3.9 ms to 3.1-3.2 and 63x63x63 over (2,8,64,64,64) from 6.4-7.1 to
-5.6-5.9 (more in docs/architecture.md).
+5.6-5.9; each window adding its pieces in registers, not a pass over the sums per piece,
+took the 63x63 on to 2.9 (more in docs/architecture.md).
 
 **Accuracy.** The sums are of the ``acc`` argument's type: float32 for averages, float64 for
 LpPool's |x| and x^2 (whose small values float32 would lose).  Along an axis a window's sum
@@ -70,7 +72,7 @@ from numba import njit
 
 from . import kernel, uncounted_helper
 from .half import narrow_to
-from .simd import add_pair, add_vectors, transpose_tile, vector_width
+from .simd import add_pair, add_vectors, sum_vectors, transpose_tile, vector_width
 from .window_sum import AVERAGE, ROOT, _term, widen
 
 # Rows of ``dims`` (one column per spatial axis): input and output sizes, kernel, stride,
@@ -91,7 +93,7 @@ SUFFIX_BYTES = 32768
 SEGMENT = 256
 # Where the last axis is summed by doubling, a row goes this many window starts at a time:
 # its partial sums then stay in the core's first-level cache (4 KiB of float32).
-DOUBLING_STARTS = 1024
+DOUBLING_STARTS = 256
 # Vectors a row of lanes may hold beyond its positions: transposed tiles read and write a
 # whole vector of positions; 16 float32 (AVX-512) is the widest.
 SLACK = 16
@@ -104,20 +106,24 @@ def padded_length(out: int, k: int, s: int, d: int) -> int:
 
 
 # Entries of ``segments``, the last axis's segmentation (:func:`segments`).
-STARTS, POSITIONS = range(2)
+STARTS, POSITIONS, LEVELS = range(3)
 
 
 def segments(k: int, d: int, running: bool, padded: int) -> np.ndarray:
     """The last axis's segments, for the kernels (``segments``) and the op layer's scratch
     bound: STARTS, the window starts a segment holds (:data:`DOUBLING_STARTS` where the
     axis is summed by doubling, :data:`SEGMENT` window by window); POSITIONS, the positions
-    a segment spans, with a vector's worth of slack.  A segment may start anywhere: a
-    window's sum depends on its own values alone, either way."""
+    a segment spans, with a vector's worth of slack; LEVELS, the doubling's levels kept
+    apart from the terms, a segment's POSITIONS each (the sums of 2, 4, 8 ... taps, up to
+    the largest power of two in k: see :func:`_doubled_levels`).  A segment may start
+    anywhere: a window's sum depends on its own values alone, either way."""
+    levels = 0
     if running:  # a segment may hold several short rows (see _last_axis)
         starts, positions = DOUBLING_STARTS, DOUBLING_STARTS + (k - 1) * d + 1
+        levels = int(k).bit_length() - 1
     else:
         starts, positions = SEGMENT, min(padded, SEGMENT + (k - 1) * d + 1)
-    table = np.array([starts, positions + SLACK], np.int64)
+    table = np.array([starts, positions + SLACK, levels], np.int64)
     table.flags.writeable = False
     return table
 
@@ -159,41 +165,58 @@ def _lane_sums(dst, dst_at, dst_step, terms, width, start, out, k, s, d):
 
 
 @uncounted_helper
-def _doubled_sums(sums, src, src_at, count, k, s, d, buf):
-    """``sums[o]`` = the sum of ``src[src_at + o * s + t * d]`` over the taps t < k, for
-    o < ``count``, by doubling: a position's sum of 2m taps is its sum of m plus that of
-    the position m taps on (into ``buf``, in place from the second doubling on), and a
-    window adds, from its first tap on, the sums of the powers of two that make up k.  So
-    about log2(k) + popcount(k) passes over the positions, each a loop of vectors, and a
-    window's sum is a tree over its own values, grouped by their places in the window
-    alone, wherever the row or the segment starts."""
-    u = np.uint64
-    length = (count - 1) * s + (k - 1) * d + 1  # positions the windows reach
-    cur, cur_at = src, src_at  # the sums of m taps from each position
-    m, rest, reach, first = 1, k, 0, True  # reach: the taps the windows hold so far
+def _doubled_levels(terms, src_at, length, k, d, levels_at, level_pitch, pieces):
+    """The levels of a doubling over ``terms[src_at:][:length]``: level m holds, from
+    each position, the sum of m taps ``d`` apart, level 2m the sum of level m's position
+    and of the one m taps on (one pass of vectors over the positions).  Level 1 is the
+    terms themselves; the others go to slots of ``level_pitch`` positions in ``terms``
+    from ``levels_at`` on, a level no window takes overwritten in place by the next.  A
+    window adds, from its first tap on, the levels of the powers of two that make up k,
+    smallest first: ``pieces[t]`` is where the first window's t-th piece lies.  Returns
+    the pieces' count.  A window's sum is then a tree over its own values, grouped by
+    their places in the window alone, wherever the row or the segment starts."""
+    cur_at = src_at  # level m, from each position
+    m, rest, reach, taken, slot = 1, k, 0, 0, levels_at  # reach: the taps taken so far
     while True:
-        if rest & 1:  # the windows take the m taps from their tap ``reach`` on
-            at = cur_at + reach * d
-            if s == 1 and first:
-                for o in range(u(count)):
-                    sums[o] = cur[u(at) + o]
-            elif s == 1:
-                add_pair(sums, 0, sums, 0, cur, at, count)
-            elif first:
-                for o in range(count):
-                    sums[u(o)] = cur[u(at + o * s)]
-            else:
-                for o in range(count):
-                    sums[u(o)] += cur[u(at + o * s)]
-            first = False
+        kept = rest & 1
+        if kept:  # the windows take the m taps from their tap ``reach`` on
+            pieces[taken] = cur_at + reach * d
+            taken += 1
             reach += m
         rest >>= 1
         if rest == 0:
-            return
+            return taken
         length -= m * d
-        add_pair(buf, 0, cur, cur_at, cur, cur_at + m * d, length)
-        cur, cur_at = buf, 0
+        to = cur_at
+        if kept or cur_at == src_at:
+            to = slot
+            slot += level_pitch
+        add_pair(terms, to, terms, cur_at, terms, cur_at + m * d, length)
+        cur_at = to
         m *= 2
+
+
+@uncounted_helper
+def _window_sums(sums, to, terms, pieces, taken, shift, count, s):
+    """``sums[to + o]`` = the window from position ``shift + o * s`` of a doubling's levels
+    (:func:`_doubled_levels`: its ``pieces`` and their count), for o < ``count``.  At
+    stride 1 each output vector adds its pieces in registers (:func:`sum_vectors`), with
+    no pass over ``sums`` per piece."""
+    u = np.uint64
+    if s == 1:
+        for t in range(taken):
+            pieces[t] += shift
+        sum_vectors(sums, to, terms, pieces, taken, count)
+        for t in range(taken):
+            pieces[t] -= shift
+        return
+    at = pieces[0] + shift
+    for o in range(count):
+        sums[u(to + o)] = terms[u(at + o * s)]
+    for t in range(1, taken):
+        at = pieces[t] + shift
+        for o in range(count):
+            sums[u(to + o)] += terms[u(at + o * s)]
 
 
 @uncounted_helper
@@ -427,34 +450,40 @@ def _store(y, y_at, y_pitch, sums, pitch, rows, count, lead, lead_at, factors, f
 
 @uncounted_helper
 def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, running,
-               starts, lanes, partial, lane_sums, sums, lead, lead_at, factors, factors_at,
-               mode, p, patch):
+               starts, levels_at, level_pitch, pieces, lanes, lane_sums, sums, lead, lead_at,
+               factors, factors_at, mode, p, patch):
     """Sum, scale and store the last axis of ``rows`` rows of padded terms (``src`` from
     ``src_at``, rows ``pitch`` apart, read up to a vector past the last row's end): output
     o's window from position ``shift + o * s``.  By doubling (``running``), a row or a group
-    of short rows at a time; else a vector's worth of rows at a time, transposed into lanes
-    a segment at a time (``starts`` window starts: see :func:`segments`).  Y's rows from
-    ``y_at``, ``y_pitch`` apart (``patch``: see :func:`_store`).  Whether a sum was not
-    finite."""
+    of short rows at a time, the levels in ``src`` from ``levels_at`` on (room for
+    :func:`segments`' LEVELS, ``level_pitch`` positions each); else a vector's worth of rows
+    at a time, transposed into lanes a segment at a time (``starts`` window starts: see
+    :func:`segments`).  Y's rows from ``y_at``, ``y_pitch`` apart (``patch``: see
+    :func:`_store`).  Whether a sum was not finite."""
     flagged = False
-    if running:  # by doubling (``partial`` its scratch, ``sums`` its outputs)
+    if running:  # by doubling (``sums`` its outputs)
         group = starts // pitch if s == 1 else 0
         if group > 1:
-            # rows of at most half a segment, a group of them at a time as one row whose
-            # windows start at every position: those that straddle two rows are summed too,
-            # and not stored (short rows, one at a time, took 1.3x as long: 64 outputs)
+            # rows of at most half a segment, the levels of a group of them at a time, as
+            # one row (short rows, one at a time, took 1.3x as long: 64 outputs), then each
+            # row's windows
             for r0 in range(0, rows, group):
                 g = min(group, rows - r0)
-                _doubled_sums(sums, src, src_at + r0 * pitch + shift, (g - 1) * pitch + out,
-                              k, 1, d, partial)
+                taken = _doubled_levels(src, src_at + r0 * pitch + shift,
+                                        (g - 1) * pitch + out + (k - 1) * d, k, d, levels_at,
+                                        level_pitch, pieces)
+                for r in range(g):
+                    _window_sums(sums, r * pitch, src, pieces, taken, r * pitch, out, 1)
                 flagged |= _store(y, y_at + r0 * y_pitch, y_pitch, sums, pitch, g, out, lead,
                                   lead_at + r0, factors, factors_at, mode, p, patch)
             return flagged
         for r in range(rows):
             o_a = 0
             while o_a < out:
-                p0, o_b, _ = _segment(o_a, shift, out, k, s, d, starts)
-                _doubled_sums(sums, src, src_at + r * pitch + p0, o_b - o_a, k, s, d, partial)
+                p0, o_b, length = _segment(o_a, shift, out, k, s, d, starts)
+                taken = _doubled_levels(src, src_at + r * pitch + p0, length, k, d, levels_at,
+                                        level_pitch, pieces)
+                _window_sums(sums, 0, src, pieces, taken, 0, o_b - o_a, s)
                 flagged |= _store(y, y_at + r * y_pitch + o_a, y_pitch, sums, 0, 1, o_b - o_a,
                                   lead, lead_at + r, factors, factors_at + o_a, mode, p, patch)
                 o_a = o_b
@@ -502,19 +531,20 @@ def _axis(dims, a):
 @njit
 def _lane_buffers(starts, segment, running, acc):
     """The last axis's scratch (see :func:`_last_axis`), of ``acc``'s type: window by
-    window, a segment's positions in lanes, its outputs' sums in lanes and in rows (the
-    second, empty); by doubling (``running``), a segment's partial sums and its outputs'
-    (the first and the third, empty)."""
+    window, a segment's positions in lanes, its outputs' sums in lanes and in rows; by
+    doubling (``running``), its outputs' sums (the first two empty).  And the doubling's
+    pieces (:func:`_doubled_levels`), one per bit of an int64."""
     t = acc.dtype
+    pieces = np.empty(64, np.int64)
     if running:
-        return (np.empty(0, t), np.empty(segment, t), np.empty(0, t), np.empty(starts, t))
-    return (np.empty(segment * SLACK, t), np.empty(0, t),
-            np.empty((starts + SLACK) * SLACK, t), np.empty((starts + SLACK) * SLACK, t))
+        return np.empty(0, t), np.empty(0, t), np.empty(starts, t), pieces
+    return (np.empty(segment * SLACK, t), np.empty((starts + SLACK) * SLACK, t),
+            np.empty((starts + SLACK) * SLACK, t), pieces)
 
 
 @uncounted_helper
 def _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, factors, mode, mark, p, rows,
-             ones, lanes, partial, lane_sums, sums, patch):
+             ones, lanes, lane_sums, sums, pieces, patch):
     """Rows ``[r0, r1)`` of :func:`block_sums_1d` (one at a time by doubling, else a
     vector's worth at a time), in the type of the buffers; whether a sum was not finite."""
     n, out, k, s, d, pad, _, running = _axis(dims, 0)
@@ -529,9 +559,10 @@ def _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, factors, mode, mark,
                 _stage_row(rows, r * segment, x_flat, (g0 + r) * n, n, pad - q0, length, mark,
                            p)
             flagged |= _last_axis(y_flat, g0 * out + o_a, out, rows, 0, segment, count,
-                                  o_a * s - q0, o_b - o_a, k, s, d, running, starts, lanes,
-                                  partial, lane_sums, sums, ones, 0, factors[0], o_a, mode,
-                                  p, patch)
+                                  o_a * s - q0, o_b - o_a, k, s, d, running, starts,
+                                  SLACK * segment + SLACK, segment, pieces, lanes,
+                                  lane_sums, sums,
+                                  ones, 0, factors[0], o_a, mode, p, patch)
             o_a = o_b
     return flagged
 
@@ -551,9 +582,10 @@ def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     starts, segment = segments[STARTS], segments[POSITIONS]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    lanes, partial, lane_sums, sums = _lane_buffers(starts, segment, dims[RUNNING, 0] == 1,
-                                                    acc)
-    rows = np.empty(SLACK * segment + SLACK, acc.dtype)
+    lanes, lane_sums, sums, pieces = _lane_buffers(starts, segment, dims[RUNNING, 0] == 1,
+                                                   acc)
+    # the staged rows, then the doubling's levels (see _last_axis)
+    rows = np.empty((SLACK + segments[LEVELS]) * segment + SLACK, acc.dtype)
     ones = np.ones(SLACK, np.float64)  # the rows' leading factors
     for r0 in range(start, stop, SLACK):
         r1 = min(stop, r0 + SLACK)
@@ -563,16 +595,16 @@ def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
                 marked |= flagged[r] != 0
             if marked:
                 _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, factors, mode, mark,
-                         p, rows, ones, lanes, partial, lane_sums, sums, True)
+                         p, rows, ones, lanes, lane_sums, sums, pieces, True)
         elif _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, factors, mode, mark, p,
-                      rows, ones, lanes, partial, lane_sums, sums, False):
+                      rows, ones, lanes, lane_sums, sums, pieces, False):
             for r in range(r0, r1):
                 flagged[r] = 1
 
 
 @uncounted_helper
-def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, factors, mode, mark, p, part,
-              row_sums, lanes, partial, lane_sums, sums, patch):
+def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, mark, p, part,
+              row_sums, lanes, lane_sums, sums, pieces, patch):
     """One plane of :func:`block_sums_2d` in the type of the buffers; whether a sum was not
     finite."""
     n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a = _axis(dims, 0)
@@ -580,15 +612,16 @@ def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, factors, mode, mark, p, 
     _rows_of_slice(row_sums, x_flat, x_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len_a, run_a,
                    pad_l, len_l, part, mark, p)
     return _last_axis(y_flat, y_at, out_l, row_sums, 0, len_l, out_a, 0, out_l, k_l, s_l, d_l,
-                      run_l, starts, lanes, partial, lane_sums, sums, factors[0], 0,
-                      factors[1], 0, mode, p, patch)
+                      run_l, starts, out_a * len_l + SLACK, segment, pieces, lanes,
+                      lane_sums, sums, factors[0], 0, factors[1], 0, mode, p, patch)
 
 
 @njit
-def _plane_buffers_2d(dims, starts, segment, acc):
-    """:func:`_plane_2d`'s scratch of ``acc``'s type."""
+def _plane_buffers_2d(dims, starts, segment, levels, acc):
+    """:func:`_plane_2d`'s scratch of ``acc``'s type (the row sums, then the doubling's
+    levels)."""
     t = acc.dtype
-    rows = dims[OUT, 0] * dims[PADDED, 1] + SLACK
+    rows = dims[OUT, 0] * dims[PADDED, 1] + SLACK + levels * segment
     return (np.empty(suffix_positions(dims, 1, acc.itemsize), t), np.empty(rows, t),
             *_lane_buffers(starts, segment, dims[RUNNING, 1] == 1, acc))
 
@@ -603,20 +636,20 @@ def block_sums_2d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     starts, segment = segments[STARTS], segments[POSITIONS]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    part, row_sums, lanes, partial, lane_sums, sums = _plane_buffers_2d(dims, starts,
-                                                                        segment, acc)
+    part, row_sums, lanes, lane_sums, sums, pieces = _plane_buffers_2d(
+        dims, starts, segment, segments[LEVELS], acc)
     for plane in range(start, stop):
         if patch and flagged[plane] == 0:
             continue
         if _plane_2d(x_flat, plane * x.shape[1], y_flat, plane * y.shape[1], dims, starts,
-                     factors, mode, mark, p, part, row_sums, lanes, partial, lane_sums, sums,
-                     patch):
+                     segment, factors, mode, mark, p, part, row_sums, lanes, lane_sums, sums,
+                     pieces, patch):
             flagged[plane] = 1
 
 
 @uncounted_helper
-def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, factors, mode, mark, p, lead, part,
-              row_sums, sums0, lanes, partial, lane_sums, sums, patch):
+def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, mark, p, lead,
+              part, row_sums, sums0, lanes, lane_sums, sums, pieces, patch):
     """One plane of :func:`block_sums_3d` in the type of the buffers; whether a sum was not
     finite."""
     n_0, out_0, k_0, s_0, d_0, pad_0, len_0, run_0 = _axis(dims, 0)
@@ -632,16 +665,18 @@ def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, factors, mode, mark, p, 
         _rows_of_slice(row_sums, sums0, o0 * slice_in, n_a, n_l, out_a, k_a, s_a, d_a, pad_a,
                        len_a, run_a, pad_l, len_l, part, _SUMS, p)
         flagged |= _last_axis(y_flat, y_at + o0 * out_a * out_l, out_l, row_sums, 0, len_l,
-                              out_a, 0, out_l, k_l, s_l, d_l, run_l, starts, lanes, partial,
-                              lane_sums, sums, lead, 0, factors[2], 0, mode, p, patch)
+                              out_a, 0, out_l, k_l, s_l, d_l, run_l, starts,
+                              out_a * len_l + SLACK, segment, pieces, lanes, lane_sums,
+                              sums, lead, 0, factors[2], 0, mode, p, patch)
     return flagged
 
 
 @njit
-def _plane_buffers_3d(dims, starts, segment, acc):
-    """:func:`_plane_3d`'s scratch of ``acc``'s type."""
+def _plane_buffers_3d(dims, starts, segment, levels, acc):
+    """:func:`_plane_3d`'s scratch of ``acc``'s type (the row sums then the doubling's
+    levels, the first axis's sums)."""
     t = acc.dtype
-    rows = dims[OUT, 1] * dims[PADDED, 2] + SLACK
+    rows = dims[OUT, 1] * dims[PADDED, 2] + SLACK + levels * segment
     sums0 = dims[OUT, 0] * dims[N, 1] * dims[N, 2]
     return (np.empty(suffix_positions(dims, 2, acc.itemsize), t), np.empty(rows, t),
             np.empty(sums0, t),
@@ -659,14 +694,14 @@ def block_sums_3d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
     lead = np.empty(dims[OUT, 1], np.float64)
-    part, row_sums, sums0, lanes, partial, lane_sums, sums = _plane_buffers_3d(
-        dims, starts, segment, acc)
+    part, row_sums, sums0, lanes, lane_sums, sums, pieces = _plane_buffers_3d(
+        dims, starts, segment, segments[LEVELS], acc)
     for plane in range(start, stop):
         if patch and flagged[plane] == 0:
             continue
         if _plane_3d(x_flat, plane * x.shape[1], y_flat, plane * y.shape[1], dims, starts,
-                     factors, mode, mark, p, lead, part, row_sums, sums0, lanes, partial,
-                     lane_sums, sums, patch):
+                     segment, factors, mode, mark, p, lead, part, row_sums, sums0, lanes,
+                     lane_sums, sums, pieces, patch):
             flagged[plane] = 1
 
 
