@@ -466,6 +466,36 @@ def test_short_1d_windows_are_summed_by_doubling(case, doubled, monkeypatch):
     oracle.assert_within_bound(got, want, info, case.dtype, "average")
 
 
+# Windows of 2 or 3 axes with BLOCK_MIN_TAPS taps or more go to the block sums though the
+# row sums could take them (ops/averaging.py, takes_block_sums); smaller ones stay with the
+# row sums.
+WIDE_WINDOW_CASES = [
+    (Case((1, 3, 40, 37), [13, 13], auto_pad="SAME_UPPER", specials=True, name="13x13"), True),
+    (Case((2, 2, 30, 33), [8, 16], strides=[1, 2], pads=[2, 3, 4, 5], dtype=F16,
+          name="8x16-s2"), True),
+    (Case((1, 2, 9, 10, 40), [4, 4, 15], auto_pad="SAME_LOWER", dtype=BF16, name="4x4x15"),
+     True),
+    (Case((1, 3, 40, 37), [11, 11], auto_pad="SAME_UPPER", name="11x11"), False),
+    (Case((1, 2, 12, 13, 14), [3, 5, 5], auto_pad="SAME_UPPER", name="3x5x5"), False),
+]
+for _i, (_c, _) in enumerate(WIDE_WINDOW_CASES):
+    _c.seed = 5200 + _i
+
+
+@pytest.mark.parametrize("case, blocks", WIDE_WINDOW_CASES,
+                         ids=[c.name for c, _ in WIDE_WINDOW_CASES])
+def test_windows_of_many_taps_take_the_block_sums(case, blocks, monkeypatch):
+    from poolfold.ops import averaging
+
+    assert (math.prod(case.kernel) >= averaging.BLOCK_MIN_TAPS) == blocks
+    ran = block_sum_calls(monkeypatch)
+    x = case.data()
+    got = pooled("average", case, x)
+    assert bool(ran) == blocks
+    want, info = pooled("average", case, x, by=oracle)
+    oracle.assert_within_bound(got, want, info, case.dtype, "average")
+
+
 @pytest.mark.parametrize("shape, kernel", [((2, 3, 900), [70]), ((1, 2, 40, 50), [25, 31]),
                                            ((1, 2, 20, 21, 22), [9, 9, 9])])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16])

@@ -185,13 +185,26 @@ def takes_block_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float,
     """Whether :func:`pool_windows` sums by block sums (:mod:`poolfold.kernels.window_blocks`):
     one element per position, spatial rank 1 to 3, X of at most 4 bytes (averages summed in
     float32, and in float64 where that is not finite; LpPool's terms in float64, which they
-    cannot overflow: not its scaled sums), over a window the row sums do not take, or a 1-D
-    average's windows that overlap enough (:func:`doubles_rows`).  Depends on the
-    window, the type and the layout alone, never on the size of the tensor: a slab of it
-    (poolfold.dask) takes the same path."""
+    cannot overflow: not its scaled sums), over a window the row sums do not take, a 1-D
+    average's windows that overlap enough (:func:`doubles_rows`), or a window of
+    :data:`BLOCK_MIN_TAPS` taps or more over 2 or 3 axes.  Depends on the window, the type
+    and the layout alone, never on the size of the tensor: a slab of it (poolfold.dask)
+    takes the same path."""
     return (channels == 1 and plan.rank in BLOCK_SUM_KERNELS
             and np.dtype(dtype).itemsize <= 4 and not is_scaled(kind, dtype, p)
-            and (not takes_row_sums(plan, dtype, kind, p) or doubles_rows(plan, kind)))
+            and (not takes_row_sums(plan, dtype, kind, p) or doubles_rows(plan, kind)
+                 or (plan.rank > 1 and math.prod(plan.kernel) >= BLOCK_MIN_TAPS)))
+
+
+# Windows of 2 or 3 axes with this many taps or more go to the block sums, channels-first,
+# though the row sums could take them: the row sums re-read X once per outer tap.  Measured,
+# float32, two threads, stride 1, SAME, block sums' time over the row sums': k x k over
+# (4,16,256,256) k=9 0.84, 11 0.66, 13 0.62, 15 0.60; over (8,3,512,512) 0.99, 0.87, 0.75,
+# 0.74; over (1,64,112,112) 0.97, 0.88, 0.72, 0.63; over (16,64,28,28) 1.12, 0.89, 0.72,
+# 0.61; over (1,3,1024,1024) 1.37, 1.22, 1.03, 0.90; over (1,256,14,14) 2.40-1.95 (a
+# window past the plane); 15x7 0.73, 15x3 0.63-1.12, 8x2 1.11; 3-D 3x5x5 1.29-1.51, 2x8x8
+# 1.01, 4x4x15 0.69, 1x15x15 0.62.
+BLOCK_MIN_TAPS = 128
 
 
 def doubles_rows(plan: WindowPlan, kind: str) -> bool:
