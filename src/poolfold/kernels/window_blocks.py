@@ -27,10 +27,10 @@ A leading axis is summed over whole rows of its inputs, up to :data:`COLUMNS` co
 a time (each step a loop over the columns that vectorises), its terms read from X as they
 are needed; a block's suffixes and the next block's prefix stay in the core's first-level
 cache.  The last axis by doubling takes a row a segment at a time, or the levels of rows
-shorter than half a segment several rows at a time, as one row; window by window it is summed across rows: a
-vector's worth of rows (16 float32 with AVX-512) is transposed in registers into lanes
-(:func:`poolfold.kernels.simd.transpose_tile`), so that position j of every row is one
-vector, summed there as a leading axis is, and transposed back.  Measured (float32, two
+shorter than half a segment several rows at a time, as one row; window by window it is
+summed across rows: a vector's worth of rows (16 float32 with AVX-512) is transposed in
+registers into lanes (:func:`poolfold.kernels.simd.transpose_tile`), so that position j
+of every row is one vector, summed there as a leading axis is, and transposed back.  Measured (float32, two
 threads, stride 1, SAME): doubling took 1-D windows of 63 taps over (4,16,65536) from 4.2
 ms (the row sums) to 2.1, and with the leading axis streamed from X, 63x63 over
 (4,16,256,256) from 3.9 ms to 3.1-3.2 and 63x63x63 over (2,8,64,64,64) from 6.4-7.1 to
@@ -164,19 +164,36 @@ def _lane_sums(dst, dst_at, dst_step, terms, width, start, out, k, s, d):
             _add(dst, to, dst, to, terms, at + u(t * d) * w, width)
 
 
+def level_room(levels: int, segment: int) -> int:
+    """The positions past its terms that the last axis's doubling keeps ``levels`` levels of
+    a segment's ``segment`` positions in (:func:`_doubled_levels`): each slot rounded up to
+    whole vectors, the first on a whole vector."""
+    return levels * (segment + SLACK) + SLACK if levels else 0
+
+
+_level_room = njit(level_room)
+
+
 @uncounted_helper
 def _doubled_levels(terms, src_at, length, k, d, levels_at, level_pitch, pieces):
     """The levels of a doubling over ``terms[src_at:][:length]``: level m holds, from
     each position, the sum of m taps ``d`` apart, level 2m the sum of level m's position
     and of the one m taps on (one pass of vectors over the positions).  Level 1 is the
-    terms themselves; the others go to slots of ``level_pitch`` positions in ``terms``
-    from ``levels_at`` on, a level no window takes overwritten in place by the next.  A
+    terms themselves; the others go to slots of ``level_pitch`` positions (rounded up to
+    whole vectors) in ``terms`` from the first whole vector at or after ``levels_at`` (room
+    for :func:`level_room`), a level no window takes overwritten in place by the next: a
+    pass then loads one level and stores the next without splitting cache lines (a pass of
+    unaligned vectors took 2.5 cycles a vector, aligned but for the level m taps on 1.9).  A
     window adds, from its first tap on, the levels of the powers of two that make up k,
     smallest first: ``pieces[t]`` is where the first window's t-th piece lies.  Returns
     the pieces' count.  A window's sum is then a tree over its own values, grouped by
     their places in the window alone, wherever the row or the segment starts."""
+    lanes = vector_width(terms)
+    behind = (terms.ctypes.data // terms.itemsize + levels_at) % lanes
+    slot = levels_at + (lanes - behind) % lanes
+    level_pitch = (level_pitch + lanes - 1) // lanes * lanes
     cur_at = src_at  # level m, from each position
-    m, rest, reach, taken, slot = 1, k, 0, 0, levels_at  # reach: the taps taken so far
+    m, rest, reach, taken = 1, k, 0, 0  # reach: the taps taken so far
     while True:
         kept = rest & 1
         if kept:  # the windows take the m taps from their tap ``reach`` on
@@ -585,7 +602,8 @@ def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     lanes, lane_sums, sums, pieces = _lane_buffers(starts, segment, dims[RUNNING, 0] == 1,
                                                    acc)
     # the staged rows, then the doubling's levels (see _last_axis)
-    rows = np.empty((SLACK + segments[LEVELS]) * segment + SLACK, acc.dtype)
+    rows = np.empty(SLACK * segment + SLACK + _level_room(segments[LEVELS], segment),
+                    acc.dtype)
     ones = np.ones(SLACK, np.float64)  # the rows' leading factors
     for r0 in range(start, stop, SLACK):
         r1 = min(stop, r0 + SLACK)
@@ -621,7 +639,7 @@ def _plane_buffers_2d(dims, starts, segment, levels, acc):
     """:func:`_plane_2d`'s scratch of ``acc``'s type (the row sums, then the doubling's
     levels)."""
     t = acc.dtype
-    rows = dims[OUT, 0] * dims[PADDED, 1] + SLACK + levels * segment
+    rows = dims[OUT, 0] * dims[PADDED, 1] + SLACK + _level_room(levels, segment)
     return (np.empty(suffix_positions(dims, 1, acc.itemsize), t), np.empty(rows, t),
             *_lane_buffers(starts, segment, dims[RUNNING, 1] == 1, acc))
 
@@ -676,7 +694,7 @@ def _plane_buffers_3d(dims, starts, segment, levels, acc):
     """:func:`_plane_3d`'s scratch of ``acc``'s type (the row sums then the doubling's
     levels, the first axis's sums)."""
     t = acc.dtype
-    rows = dims[OUT, 1] * dims[PADDED, 2] + SLACK + levels * segment
+    rows = dims[OUT, 1] * dims[PADDED, 2] + SLACK + _level_room(levels, segment)
     sums0 = dims[OUT, 0] * dims[N, 1] * dims[N, 2]
     return (np.empty(suffix_positions(dims, 2, acc.itemsize), t), np.empty(rows, t),
             np.empty(sums0, t),

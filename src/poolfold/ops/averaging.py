@@ -254,8 +254,8 @@ def _check_block_scratch(label: str, plan: WindowPlan, running: tuple[bool, ...]
     padded = dims[window_blocks.PADDED]
     slack = window_blocks.SLACK
     starts, positions = segments[window_blocks.STARTS], segments[window_blocks.POSITIONS]
-    levels = int(segments[window_blocks.LEVELS])  # the doubling's, a segment each
-    need = (3 * slack + levels) * positions + 2 * (starts + slack) * slack + slack
+    levels = window_blocks.level_room(int(segments[window_blocks.LEVELS]), int(positions))
+    need = 3 * slack * positions + levels + 2 * (starts + slack) * slack + slack
     if plan.rank > 1:
         leading = int(dims[window_blocks.KERNEL, :-1].max())  # window_blocks.suffix_positions
         need += ((leading + 2) * window_blocks.COLUMNS + plan.out_shape[-2] * int(padded[-1])
