@@ -23,19 +23,19 @@ first tap, ``(out - 1) * s + (k - 1) * d + 1`` of them), either
 Either way a window's sum adds its own values only, so an inf or a NaN stays in the windows
 that hold it.
 
-A leading axis is summed over whole rows of its inputs, up to :data:`COLUMNS` columns at
-a time (each step a loop over the columns that vectorises), its terms read from X as they
-are needed; a block's suffixes and the next block's prefix stay in the core's first-level
-cache.  The last axis by doubling takes a row a segment at a time, or the levels of rows
-shorter than half a segment several rows at a time, as one row; window by window it is
-summed across rows: a vector's worth of rows (16 float32 with AVX-512) is transposed in
-registers into lanes (:func:`poolfold.kernels.simd.transpose_tile`), so that position j
-of every row is one vector, summed there as a leading axis is, and transposed back.  Measured (float32, two
-threads, stride 1, SAME): doubling took 1-D windows of 63 taps over (4,16,65536) from 4.2
-ms (the row sums) to 2.1, and with the leading axis streamed from X, 63x63 over
-(4,16,256,256) from 3.9 ms to 3.1-3.2 and 63x63x63 over (2,8,64,64,64) from 6.4-7.1 to
-5.6-5.9; each window adding its pieces in registers, not a pass over the sums per piece,
-took the 63x63 on to 2.9 (more in docs/architecture.md).
+A leading axis is summed over whole rows of its inputs, up to :data:`COLUMNS` columns at a
+time (each step a loop over the columns that vectorises), its terms read from X as they are
+needed; a block's suffixes and the next block's prefix stay in the core's first-level cache.
+The last axis by doubling takes a row a segment at a time, or the levels of rows shorter
+than half a segment several rows at a time, as one row; window by window it is summed across
+rows: a vector's worth of rows (16 float32 with AVX-512) is transposed in registers into
+lanes (:func:`poolfold.kernels.simd.transpose_tile`), so that position j of every row is one
+vector, summed there as a leading axis is, and transposed back.  Measured (float32, two
+threads, stride 1, SAME): doubling took 1-D windows of 63 taps over (4,16,65536) from 4.2 ms
+(the row sums) to 2.1, and with the leading axis streamed from X, 63x63 over (4,16,256,256)
+from 3.9 ms to 3.1-3.2 and 63x63x63 over (2,8,64,64,64) from 6.4-7.1 to 5.6-5.9; each window
+adding its pieces in registers, not a pass over the sums per piece, took the 63x63 on to 2.9
+(more in docs/architecture.md).
 
 **Accuracy.** The sums are of the ``acc`` argument's type: float32 for averages, float64 for
 LpPool's |x| and x^2 (whose small values float32 would lose).  Along an axis a window's sum
@@ -589,9 +589,10 @@ def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
                   stop):
     """Pool 1-D rows ``[start, stop)`` of ``x`` (rows, input size) into ``y`` (rows, output
     size, Y's element type), a row at a time by doubling (else a vector's worth of rows at a
-    time), staged with their padding a segment at a time: AVERAGE multiplies each window's sum by ``factors[0, o]`` (the
-    divisor's inverse), ROOT takes its p-th root.  ``mark`` selects the term of each element
-    (poolfold.kernels.window_sum); ``dims`` see the module's rows; ``segments``, the
+    time), staged with their padding a segment at a time: AVERAGE multiplies each window's
+    sum by ``factors[0, o]`` (the divisor's inverse), ROOT takes its p-th root.  ``mark``
+    selects the term of each element (poolfold.kernels.window_sum); ``dims`` see the
+    module's rows; ``segments``, the
     segmentation of the rows (:func:`segments`); the sums are of ``acc``'s type.  A row of a
     group of rows with a sum that is not finite is marked in ``flagged``; with ``patch``,
     only the groups holding a marked row are summed, and only the averages Y holds as inf or
