@@ -18,7 +18,7 @@ distributed = pytest.importorskip("distributed")
 import poolfold  # noqa: E402
 import poolfold.dask as pdask  # noqa: E402
 from poolfold import schema  # noqa: E402
-from poolfold.dask.averaging import slab_plan  # noqa: E402
+from poolfold.dask.averaging import slab_plan, whole_axes  # noqa: E402
 from poolfold.ops.averaging import row_start_axes, running_sum_axes, window_tables  # noqa: E402
 from poolfold.ops.max_pool import resolve_plan  # noqa: E402
 
@@ -149,10 +149,10 @@ def test_rank_1_and_3():
             for chunks in ((1, 1, 2, 3, 4), (1, 2, 1, 1, 1)):
                 got = chunked(da.from_array(x3, chunks=chunks), **kw, **extra)
                 assert_same(got.compute(**THREADS), in_memory(x3, **kw, **extra))
-    x3 = data((1, 2, 8, 5, 9), seed=4)  # float32: running sums on the last two axes
+    x3 = data((1, 2, 8, 5, 9), seed=4)  # float32: block sums, axis 1 by blocks (whole)
     kw = dict(kernel_shape=[2, 13, 70], pads=[1, 6, 35, 0, 6, 35])
     got = pdask.average_pool(da.from_array(x3, chunks=(1, 1, 3, 2, 4)), **kw)
-    assert len(got.chunks[2]) > 1 and got.chunks[3:] == ((5,), (10,))
+    assert len(got.chunks[2]) > 1 and got.chunks[3] == (5,) and len(got.chunks[4]) > 1
     assert_same(got.compute(**THREADS), poolfold.average_pool(x3, **kw))
 
 
@@ -207,7 +207,7 @@ def test_running_sums_keep_axes_whole_and_match_bits():
     plan = resolve_plan(spec, x.shape, [80, 1], None, None, None, "NOTSET", 0)
     assert row_start_axes(plan, np.float32, "average") == (True, False)
     got = pdask.average_pool(da.from_array(x, chunks=(1, 1, 100, 2)), [80, 1])
-    assert got.chunks[2:] == ((321,), (3,))
+    assert got.chunks[2:] == ((321,), (2, 1))
     assert_same(got.compute(**THREADS), poolfold.average_pool(x, [80, 1]))
     x = column.reshape(1, 1, 400)
     plan = resolve_plan(spec, x.shape, [80], None, None, None, "NOTSET", 0)
@@ -220,8 +220,8 @@ def test_running_sums_keep_axes_whole_and_match_bits():
     x[0, 0, 399] = np.inf
     assert_same(pdask.average_pool(da.from_array(x, chunks=(1, 1, 7)), [80]).compute(**THREADS),
                 poolfold.average_pool(x, [80]))
-    # A direct leading axis and a doubled last axis stay chunked; the axes from a leading
-    # axis by blocks on are whole.
+    # A direct leading axis and a doubled last axis stay chunked; a leading axis by blocks
+    # is whole, the last axis after it still chunked.
     x2 = data((1, 2, 12, 100), seed=6, spread=40)
     x2[0, 1, 5, 30] = -np.inf
     for kw, whole in ((dict(kernel_shape=[3, 70], pads=[1, 0, 1, 0]), False),
@@ -230,7 +230,41 @@ def test_running_sums_keep_axes_whole_and_match_bits():
             in_memory, chunked, extra = WINDOWED[op]
             got = chunked(da.from_array(x2, chunks=(1, 1, 5, 9)), **kw, **extra)
             assert_same(got.compute(**THREADS), in_memory(x2, **kw, **extra))
-            assert (len(got.chunks[2]) == len(got.chunks[3]) == 1) == whole
+            assert (len(got.chunks[2]) == 1) == whole
+            assert len(got.chunks[3]) > 1
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_shape=[13, 13], auto_pad="SAME_UPPER"),
+                                dict(kernel_shape=[9, 9, 15], strides=[1, 2, 1],
+                                     pads=[4, 0, 3, 4, 0, 5]),
+                                dict(kernel_shape=[1, 15, 15], auto_pad="SAME_LOWER")],
+                         ids=["13x13", "9x9x15-s2", "1x15x15"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_block_sums_keep_only_their_leading_axes_whole(kw, dtype):
+    """The block sums' leading axes by blocks are kept whole; the axes after them stay
+    chunked and give the in-memory bits: each column is summed along the leading axes on
+    its own, the last axis by doubling, and a window whose float32 sum is not finite is
+    summed again in float64 whichever columns a slab holds (sums past float32 in one corner,
+    a NaN and an inf elsewhere)."""
+    rank = len(kw["kernel_shape"])
+    shape = (1, 2) + ((40, 90) if rank == 2 else (11, 17, 60))
+    x = np.random.default_rng(12).standard_normal(shape)
+    corner = (0, 0) + (slice(2, 9),) * (rank - 1) + (slice(20, 50),)
+    x[corner] = 3.0e37 if dtype == np.float32 else 6.0e4
+    x[(0, 1) + (5,) * rank] = np.nan
+    x[(0, 1) + (3,) * (rank - 1) + (40,)] = np.inf
+    x = x.astype(dtype)
+    chunks = (1, 1) + (7,) * rank
+    got = pdask.average_pool(da.from_array(x, chunks=chunks), **kw)
+    geometry = [kw.get("strides"), kw.get("pads"), None, kw.get("auto_pad", "NOTSET"), 0]
+    plan = resolve_plan(schema.resolve("AveragePool", None), x.shape, kw["kernel_shape"],
+                        *geometry)
+    whole = whole_axes(plan, x.dtype, "average", 2.0, True)
+    assert any(whole) and not whole[-1]
+    assert tuple(len(c) == 1 for c in got.chunks[2:]) == whole
+    expected = poolfold.average_pool(x, **kw)
+    assert np.isfinite(expected[0, 0].astype(np.float32)).all()
+    assert_same(got.compute(**THREADS), expected)
 
 
 def test_float32_block_sums_redone_in_float64_match_bits():

@@ -19,9 +19,12 @@ window's centre.  Each output chunk is pooled by the in-memory kernels
   that overlap heavily: :func:`poolfold.ops.averaging.row_start_axes`), a row's results
   depend on where the row starts and on every column of the row (a non-finite value
   anywhere in it turns the row to direct adds).  From the first such axis on, the axes are
-  kept whole: one output chunk, and every task reads the whole axis;
-  the slab is pooled with the whole tensor's running-sums choice per axis, and channels-last
-  with its channel block (C chunks are cut at multiples of it).
+  kept whole: one output chunk, and every task reads the whole axis; the block sums keep
+  only such axes whole (their leading axes by blocks, :func:`whole_axes`): each of their
+  columns is summed along those axes on its own, the last axis by doubling, and a window
+  whose float32 sum is not finite is summed again in float64 whichever columns the slab
+  holds.  The slab is pooled with the whole tensor's running-sums choice per axis, and
+  channels-last with its channel block (C chunks are cut at multiples of it).
 
 Channels-last, a tensor of one channel takes the channels-first kernels' paths in memory, so
 where C > 1 a C chunk of one channel joins its neighbour (windowed and global pools alike).
@@ -49,7 +52,7 @@ from ..geometry import WindowPlan
 from ..memory import check_size
 from ..ops._common import activate
 from ..ops.averaging import (channel_block_for, pool_global, pool_windows, row_start_axes,
-                              running_sum_axes)
+                              running_sum_axes, takes_block_sums)
 from ..ops.layout import axes
 from . import _graph
 from .pool import output_ranges
@@ -94,6 +97,18 @@ def _windows_block(arrays, placements, block_shape, dtype, label, plan, kind,
     return y if act is None else activate(y, act)
 
 
+def whole_axes(plan: WindowPlan, dtype, kind: str, p: float, one_channel: bool
+               ) -> tuple[bool, ...]:
+    """Per spatial axis, whether the chunked op keeps it whole (see the module's docstring):
+    the block sums' axes whose sums depend on where their rows start, else every axis from
+    the first such axis on."""
+    starts = row_start_axes(plan, dtype, kind, p, one_channel)
+    if one_channel and takes_block_sums(plan, dtype, kind, p, 1):
+        return starts
+    first = next((a for a, r in enumerate(starts) if r), plan.rank)
+    return tuple(a >= first for a in range(plan.rank))
+
+
 def pool_windows_chunked(spec, x: da.Array, plan: WindowPlan, kind: str,
                          count_include_pad: int = 0, p: float = 2.0,
                          channels_last: bool = False, act=None) -> da.Array:
@@ -104,12 +119,11 @@ def pool_windows_chunked(spec, x: da.Array, plan: WindowPlan, kind: str,
     spatial = plan.in_shape
     one_channel = not channels_last or x.shape[c_axis] == 1
     running = running_sum_axes(plan, x.dtype, kind, p, one_channel)
-    whole_from = next((a for a, r in enumerate(row_start_axes(plan, x.dtype, kind, p,
-                                                              one_channel)) if r), plan.rank)
+    whole = whole_axes(plan, x.dtype, kind, p, one_channel)
     block = None
     if channels_last and x.shape[c_axis] > 1:
         chunks = x.chunks[c_axis]
-        if whole_from < plan.rank:
+        if any(whole):
             block = channel_block_for(plan, x.shape[c_axis])
             chunks = _aligned_channels(chunks, block)
         # In memory, a channels-last tensor of one channel takes the channels-first kernels'
@@ -123,7 +137,7 @@ def pool_windows_chunked(spec, x: da.Array, plan: WindowPlan, kind: str,
         n, s, pb = spatial[a], plan.strides[a], plan.pad_begin[a]
         span = (plan.kernel[a] - 1) * plan.dilations[a] + 1
         entries = []
-        if a >= whole_from:  # the whole axis, read whole: the rows the in-memory passes see
+        if whole[a]:  # the whole axis, read whole: the rows the in-memory passes see
             entries.append((0, plan.out_shape[a], 0, n, _graph.pieces(edges, 0, n)))
         else:
             for _, o0, o1 in output_ranges(n, edges, plan.out_shape[a], s,
