@@ -93,7 +93,7 @@ SUFFIX_BYTES = 32768
 SEGMENT = 256
 # Where the last axis is summed by doubling, a row goes this many window starts at a time:
 # its partial sums then stay in the core's first-level cache (4 KiB of float32).
-DOUBLING_STARTS = 256
+DOUBLING_STARTS = 1024
 # Vectors a row of lanes may hold beyond its positions: transposed tiles read and write a
 # whole vector of positions; 16 float32 (AVX-512) is the widest.
 SLACK = 16
