@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
@@ -118,26 +119,32 @@ def test_short_calls_get_rounds_enough_to_fill_each_block():
 
 
 
-def test_rounds_come_from_the_time_of_a_warm_call():
+def test_rounds_come_from_the_time_of_a_warm_call(monkeypatch):
     """An implementation whose first runs are slow (onnxruntime's second run of a session
     took 16 times its settled one) gets the rounds of its settled time, so its blocks last
-    the floor as everyone's do; a call longer than the estimate's time is timed once."""
+    the floor as everyone's do; a call longer than the estimate's time is timed once.  The
+    calls take simulated time (a clock they advance), so a busy host cannot change how many
+    fit in the estimate's time."""
+    clock = [0.0]
+    monkeypatch.setattr(runner, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     calls = []
 
     def settling():
         calls.append(None)
-        time.sleep(0.004 if len(calls) <= 2 else 0.0002)
+        clock[0] += 0.004 if len(calls) <= 2 else 0.0002
 
     settled = runner.steady_seconds(settling)  # two slow calls of 25: the median is fast
-    assert settled < 0.002 and len(calls) == runner.ESTIMATE_CALLS
+    assert settled == pytest.approx(0.0002) and len(calls) == runner.ESTIMATE_CALLS
     assert runner.rounds_for(settled, 15) > 5 * runner.rounds_for(0.004, 15)
 
-    def long_call():
-        time.sleep(runner.ESTIMATE_S * 1.5)
+    long_calls = []
 
-    begun = time.perf_counter()
-    assert runner.steady_seconds(long_call) >= runner.ESTIMATE_S
-    assert time.perf_counter() - begun < runner.ESTIMATE_S * 3  # one call, not 25
+    def long_call():
+        long_calls.append(None)
+        clock[0] += runner.ESTIMATE_S * 1.5
+
+    assert runner.steady_seconds(long_call) == pytest.approx(runner.ESTIMATE_S * 1.5)
+    assert len(long_calls) == 1  # one call, not 25
 
 
 def test_block_floor_zero_keeps_exactly_repeat_rounds():
