@@ -114,8 +114,8 @@ def segments(k: int, d: int, running: bool, padded: int) -> np.ndarray:
     bound: STARTS, the window starts a segment holds (:data:`DOUBLING_STARTS` where the
     axis is summed by doubling, :data:`SEGMENT` window by window); POSITIONS, the positions
     a segment spans, with a vector's worth of slack; LEVELS, the doubling's levels kept
-    apart from the terms, a segment's POSITIONS each (the sums of 2, 4, 8 ... taps, up to
-    the largest power of two in k: see :func:`_doubled_levels`).  A segment may start
+    apart from the terms (the sums of 2, 4, 8 ... taps, up to the largest power of two in
+    k: see :func:`_doubled_levels`; their room :func:`level_room`).  A segment may start
     anywhere: a window's sum depends on its own values alone, either way."""
     levels = 0
     if running:  # a segment may hold several short rows (see _last_axis)
