@@ -404,6 +404,13 @@ BLOCK_SUM_CASES = [
          count_include_pad=1, name="3d-mixed"),
     Case((1, 1, 9, 10, 21), [5, 7, 9], dilations=[2, 1, 2], ceil_mode=1, strides=[2, 2, 1],
          dtype=BF16, name="3d-phases"),
+    # pads past the window: whole blocks of the leading axes hold no input (before and
+    # after the data), windows start in them, some hold padding only
+    Case((1, 2, 20, 30), [7, 30], pads=[16, 2, 17, 3], specials=True,
+         name="2d-blocks-in-padding"),
+    Case((1, 1, 12, 9, 40), [9, 8, 40], dilations=[2, 1, 1], strides=[1, 2, 1],
+         pads=[20, 9, 3, 19, 10, 4], ceil_mode=1, count_include_pad=1, dtype=F16,
+         name="3d-blocks-in-padding"),
 ]
 for _i, _c in enumerate(BLOCK_SUM_CASES):
     _c.seed = 5000 + _i

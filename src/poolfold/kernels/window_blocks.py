@@ -345,54 +345,79 @@ def _running_columns(dst, dst_at, dst_pitch, src, src_at, n, width, cw, out, k, 
     suffixes), a window that starts the block its whole prefix (the position after that).
     The suffixes stay in the core's first-level cache and each term is read twice from
     ``src``: terms staged first, then the row's prefixes and suffixes, stored and read
-    back, took 1.2-1.5x as long (63 taps, 64 columns)."""
+    back, took 1.2-1.5x as long (63 taps, 64 columns).
+
+    Only the sums a window reads are taken: a block's suffixes from its last input down to
+    its first window after its first position (none where no window starts past it), and
+    no addition of a padding position's zero.  A suffix from before the first input is
+    that input's suffix, one from past the last input is zero (its window is then the next
+    block's prefix), and a prefix stays as it is over padding.  Adding a zero changes no
+    sum but the sign of a zero, so the sums are the whole blocks' sums, grouped as they
+    are, wherever the row starts; SAME windows as wide as their axis (63 taps over 64
+    inputs, half of the padded row zeros) take half the additions."""
     u = np.uint64
     w = u(cw)
-    nxt = u(k) * w
-    whole = u(k + 1) * w
     for phase in range(min(d, length)):
         chain = (length - 1 - phase) // d + 1  # positions of this phase
-        at, present = _term_row(src, src_at, phase, pad, n, width)  # the first block's
-        _term_into(partial, whole, src, at, present, cw, mark, p)  # whole prefix
-        for t in range(1, min(k, chain)):
-            at, present = _term_row(src, src_at, phase + t * d, pad, n, width)
-            _add_term(partial, whole, partial, whole, src, at, present, cw, mark, p)
+        first = max(0, -((phase - pad) // d))  # the phase's positions holding inputs
+        last = min(chain - 1, (pad + n - 1 - phase) // d)  # (none where last < first)
+        nxt, whole = u(k) * w, u(k + 1) * w
+        _prefix(partial, whole, src, src_at, 0, 0, min(k, chain), phase, d, pad, n, width, cw,
+                mark, p)  # the first block's whole prefix
         for q in range(0, chain, k):  # the block of positions q ... q + k - 1 of the phase
             span = min(k, chain - q)
-            at, present = _term_row(src, src_at, phase + (q + span - 1) * d, pad, n, width)
-            _term_into(partial, u(span - 1) * w, src, at, present, cw, mark, p)
-            for t in range(span - 2, -1, -1):
-                at, present = _term_row(src, src_at, phase + (q + t) * d, pad, n, width)
-                _add_term(partial, u(t) * w, partial, u(t + 1) * w, src, at, present, cw,
-                          mark, p)
             after = q + k  # the next block's first position
-            for t in range(span):
-                if 1 <= t and after + t - 1 < chain:  # the next block's prefix to t - 1
-                    at, present = _term_row(src, src_at, phase + (after + t - 1) * d, pad, n,
-                                            width)
-                    if t == 1:
-                        _term_into(partial, nxt, src, at, present, cw, mark, p)
-                    else:
-                        _add_term(partial, nxt, partial, nxt, src, at, present, cw, mark, p)
+            reached = 0  # windows starting past the block's first position: [t_lo, reached)
+            t_lo = span
+            for t in range(1, span):
+                j = phase + (q + t) * d
+                if j % s == 0 and j // s < out:
+                    t_lo = min(t_lo, t)
+                    reached = t + 1
+            lo, hi = max(first - q, 0), min(last - q, span - 1)  # its inputs' places
+            bottom = max(lo, t_lo)
+            if bottom <= hi:
+                at, _ = _term_row(src, src_at, phase + (q + hi) * d, pad, n, width)
+                _term_into(partial, u(hi) * w, src, at, True, cw, mark, p)
+                for t in range(hi - 1, bottom - 1, -1):
+                    at, _ = _term_row(src, src_at, phase + (q + t) * d, pad, n, width)
+                    _add_term(partial, u(t) * w, partial, u(t + 1) * w, src, at, True, cw,
+                              mark, p)
+            held = 0  # the positions of the next block's prefix so far
+            for t in range(0, max(1, reached)):
                 j = phase + (q + t) * d
                 if j % s != 0 or j // s >= out:
                     continue  # no window starts here
                 to = u(dst_at + j // s * dst_pitch)
                 if t == 0:
                     _copy(dst, to, partial, whole, cw)
+                    continue
+                held = _prefix(partial, nxt, src, src_at, after, held, t, phase, d, pad, n,
+                               width, cw, mark, p)
+                if t > hi or lo > hi:  # no input from here to the block's end
+                    _copy(dst, to, partial, nxt, cw)
                 else:
-                    _add(dst, to, partial, u(t) * w, partial, nxt, cw)
+                    _add(dst, to, partial, u(max(t, lo)) * w, partial, nxt, cw)
             if after < chain:  # the next block's whole prefix
-                held = min(span - 1, chain - after)  # the positions its prefix holds
-                if held < 1:
-                    at, present = _term_row(src, src_at, phase + after * d, pad, n, width)
-                    _term_into(partial, nxt, src, at, present, cw, mark, p)
-                    held = 1
-                for t in range(held, min(k, chain - after)):
-                    at, present = _term_row(src, src_at, phase + (after + t) * d, pad, n,
-                                            width)
-                    _add_term(partial, nxt, partial, nxt, src, at, present, cw, mark, p)
-                _copy(partial, whole, partial, nxt, cw)
+                _prefix(partial, nxt, src, src_at, after, held, min(k, chain - after), phase,
+                        d, pad, n, width, cw, mark, p)
+                nxt, whole = whole, nxt
+
+
+@njit(inline="always")
+def _prefix(partial, row, src, src_at, base, held, upto, phase, d, pad, n, width, cw, mark,
+            p):
+    """Extend the prefix in ``partial[row:][:cw]`` of the phase's positions from ``base``,
+    which holds ``held`` of them, to ``upto``: the first its term (zeros over padding), each
+    next one added where it holds an input (a padding position's zero left out).  Returns
+    the positions it holds."""
+    for i in range(held, upto):
+        at, present = _term_row(src, src_at, phase + (base + i) * d, pad, n, width)
+        if i == 0:
+            _term_into(partial, row, src, at, present, cw, mark, p)
+        elif present:
+            _add_term(partial, row, partial, row, src, at, True, cw, mark, p)
+    return max(held, upto)
 
 
 @uncounted_helper
