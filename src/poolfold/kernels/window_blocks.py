@@ -82,12 +82,16 @@ N, OUT, KERNEL, STRIDE, DILATION, PAD_BEGIN, PADDED, RUNNING = range(8)
 DIM_ROWS = 8
 
 # A leading axis is summed at most this many columns at a time, and by blocks as many as
-# keep a block's suffixes and the next block's prefix (k + 2 positions) within SUFFIX_BYTES,
-# a multiple of 16, at least 16 (:func:`leading_columns`).  Measured, one thread, float32,
-# 63 taps along the first axis of (2,8,64,64,64) (rows 64 KiB apart): 64 columns 9.9 ms, 128
-# 6.3-6.6, 256 6.1; 7 taps 9.3, 6.5, 5.3; 63x63 over (4,16,256,256) 6.9, 6.0, 6.3.
+# keep a block's suffixes and the next block's prefix (k + 2 positions) within SUFFIX_BYTES
+# (a first-level data cache of 48 KiB), a multiple of 16, at least 16
+# (:func:`leading_columns`); a row's columns are split into steps of about equal width.
+# Measured, one thread, float32, 63 taps along the first axis of (2,8,64,64,64) (rows 64 KiB
+# apart): 64 columns 9.9 ms, 128 6.3-6.6, 256 6.1; 7 taps 9.3, 6.5, 5.3; 63x63 over
+# (4,16,256,256) 6.9, 6.0, 6.3.  Two threads, 63x63 over (4,16,256,256): steps of 112, 112
+# and 32 columns (32 KiB) 2.44-2.70 ms, of 96, 96 and 64 2.63-2.70, of 128 and 128 (48 KiB,
+# even steps) 2.34-2.59.
 COLUMNS = 256
-SUFFIX_BYTES = 32768
+SUFFIX_BYTES = 49152
 # The last axis is summed in segments of about this many window starts (a multiple of its
 # blocks' span), a vector's worth of rows at a time.
 SEGMENT = 256
@@ -254,7 +258,8 @@ def _stage_row(buf, buf_at, src, src_at, n, pad, length, mark, p):
 
 @njit
 def leading_columns(k: int, running: bool, itemsize: int) -> int:
-    """The columns a leading axis of ``k`` taps is summed at a time (see :data:`COLUMNS`)."""
+    """The most columns a leading axis of ``k`` taps is summed at a time (see
+    :data:`COLUMNS`)."""
     if not running:
         return COLUMNS
     return min(COLUMNS, max(16, SUFFIX_BYTES // ((k + 2) * itemsize) // 16 * 16))
@@ -313,12 +318,14 @@ def _leading_axis(dst, dst_at, dst_pitch, src, src_at, n, width, cols, out, k, s
     """The sums along the leading axis of ``src[src_at:]`` viewed as ``(n, width)`` and
     padded by ``pad`` rows of zeros before it (positions j < ``length``: input row j - pad),
     of its first ``cols`` columns, into ``dst[dst_at + o * dst_pitch + c]`` (o < out, c <
-    cols), :func:`leading_columns` columns at a time, the terms read from ``src`` as they
-    are needed.  By blocks (``running``, see the module's docstring; ``partial`` holds a
+    cols), in steps of about equal width of at most :func:`leading_columns` columns, the
+    terms read from ``src`` as they are needed.  By blocks (``running``, see the module's docstring; ``partial`` holds a
     block's suffixes and the next block's prefixes, k + 2 positions of those columns), else
     each window adds its taps in order."""
     u = np.uint64
-    step = leading_columns(k, running, partial.itemsize)
+    most = leading_columns(k, running, partial.itemsize)
+    steps = (cols + most - 1) // most
+    step = min(most, ((cols + steps - 1) // steps + 15) // 16 * 16)
     for c0 in range(0, cols, step):
         cw = min(step, cols - c0)
         to0 = dst_at + c0
