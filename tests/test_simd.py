@@ -18,7 +18,7 @@ from kernel_types import kernel_types
 from poolfold import dtypes
 from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, UNROLL, fold_pair,
                                   fold_row_groups, fold_strided, fold_taps, fold_vectors,
-                                  sum_strided, sum_vectors, transpose_tile, vector_width,
+                                  sum_strided, sum_vectors, sum_vectors_screened, transpose_tile, vector_width,
                                   zeros_and_nans)
 
 TYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8")
@@ -352,6 +352,40 @@ def test_sum_vectors_adds_rows_left_to_right(dtype):
             nan = np.isnan(want)
             assert np.array_equal(np.isnan(dst), nan), (dtype, count, taps)
             assert dst[~nan].tobytes() == want[~nan].tobytes(), (dtype, count, taps)
+
+
+@njit
+def _sum_vectors_screened(dst, to, src, starts, taps, count):
+    return sum_vectors_screened(dst, to, src, starts, taps, count)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sum_vectors_screened_flags_exactly_the_sums_that_are_not_finite(dtype):
+    """The sums of :func:`sum_vectors`, bit for bit, and 1 exactly where one it stored is an
+    inf or a NaN: from an inf or a NaN term, or from finite terms whose sum overflows, in a
+    whole vector or in the overlapping and ragged tails; none from outside the outputs."""
+    rng = np.random.default_rng(11)
+    big = np.finfo(dtype).max
+    size = 4 * MOST + 40
+    for count in COUNTS:
+        for special in (None, np.inf, -np.inf, np.nan, "overflow"):
+            x = rng.standard_normal(size).astype(dtype)
+            x[:4] = np.nan  # before every window: never read
+            taps = 3
+            starts = np.array([4, 9, 30], np.int64)
+            if special is not None and count:
+                i = int(rng.integers(0, count))
+                if special == "overflow":
+                    x[starts[0] + i] = x[starts[1] + i] = big
+                else:
+                    x[starts[int(rng.integers(0, taps))] + i] = special
+            dst = np.zeros(MOST + 5, dtype)
+            flagged = _sum_vectors_screened(dst, 2, x, starts, taps, count)
+            want = np.zeros(MOST + 5, dtype)
+            _sum_vectors(want, 2, x, starts, taps, count)
+            assert np.array_equal(dst, want, equal_nan=True), (count, special)
+            assert flagged == int(not np.isfinite(want[2:2 + count]).all()), (count, special)
+            assert flagged == int(special is not None and count > 0), (count, special)
 
 
 @njit

@@ -360,6 +360,31 @@ def sum_vectors(typingctx, dst, to, src, starts, taps, count):
 
 
 @intrinsic
+def sum_vectors_screened(typingctx, dst, to, src, starts, taps, count):
+    """:func:`sum_vectors` of float32 or float64, and 1 if a sum it stored is an inf or a
+    NaN, else 0: noted in registers as they are stored (the block sums' check of float32
+    sums that are not finite, which a loop over the stored sums ORed element by element at
+    0.07 ns an element, a quarter of its averages' store)."""
+    if not _arrays_of(dst, src, _floats):
+        return None
+    dtype = src.dtype
+
+    def codegen(context, builder, signature, args):
+        dst_v, to_v, src_v, starts_v, taps_v, count_v = args
+        starts_base = _pointer(context, builder, signature.args[3], starts_v)
+        screen = _Screen(builder, dtype, _lanes(dtype), not_finite=True)
+
+        def offsets(t):
+            return builder.load(builder.gep(starts_base, [t]))
+
+        _vector_folds(context, builder, signature.args[0], dst_v, to_v, signature.args[2],
+                      src_v, offsets, taps_v, count_v, 1, _add, screen)
+        return screen.result(builder)
+
+    return (types.int64(dst, types.int64, src, starts, types.int64, types.int64), codegen)
+
+
+@intrinsic
 def fold_lanes(typingctx, dst, to, src, at, outputs, lanes, step, starts, taps):
     """Channels-last outputs: ``dst[to + o*lanes + c]`` = the first maximum of ``src[at +
     o*step + starts[t] + c]`` over taps t < ``taps`` in order, for o < ``outputs`` and c <
@@ -395,21 +420,28 @@ class _Screen:
     or a NaN, lane by lane into masks of ``lanes`` flags; a narrower vector (a fold's short
     tail) is reduced into lane 0.  :meth:`result` gives HOLDS_ZERO | HOLDS_NAN, or with
     ``either`` only whether some value is one or the other (one comparison a vector,
-    "unordered or equal to zero", and one mask)."""
+    "unordered or equal to zero", and one mask), with ``not_finite`` whether some value is an
+    inf or a NaN (``v - v`` unordered: a subtraction and a comparison a vector)."""
 
-    def __init__(self, builder, dtype, lanes: int, either: bool = False):
+    def __init__(self, builder, dtype, lanes: int, either: bool = False,
+                 not_finite: bool = False):
         self.dtype = dtype
         self.lanes = lanes
-        self.either = either
+        self.either = either or not_finite
+        self.not_finite = not_finite
         self.flags = ir.VectorType(ir.IntType(1), lanes)
         none = ir.Constant(self.flags, [0] * lanes)
-        self.masks = [cgutils.alloca_once_value(builder, none) for _ in range(1 if either else 2)]
+        self.masks = [cgutils.alloca_once_value(builder, none)
+                      for _ in range(1 if self.either else 2)]
 
     def note(self, builder, vector):
         key = _key(builder, self.dtype, vector)
         width = key.type.count
         zero = ir.Constant(key.type, [0.0] * width)
-        if self.either:
+        if self.not_finite:
+            difference = builder.fsub(key, key)
+            found = [builder.fcmp_unordered("uno", difference, difference)]
+        elif self.either:
             found = [builder.fcmp_unordered("==", key, zero)]
         else:
             found = [builder.fcmp_ordered("==", key, zero), builder.fcmp_unordered("uno", key, key)]

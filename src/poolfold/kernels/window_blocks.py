@@ -72,7 +72,7 @@ from numba import njit
 
 from . import kernel, uncounted_helper
 from .half import narrow_to
-from .simd import add_pair, add_vectors, sum_vectors, transpose_tile, vector_width
+from .simd import add_pair, add_vectors, sum_vectors_screened, transpose_tile, vector_width
 from .window_sum import AVERAGE, ROOT, _term, widen
 
 # Rows of ``dims`` (one column per spatial axis): input and output sizes, kernel, stride,
@@ -221,16 +221,17 @@ def _doubled_levels(terms, src_at, length, k, d, levels_at, level_pitch, pieces)
 def _window_sums(sums, to, terms, pieces, taken, shift, count, s):
     """``sums[to + o]`` = the window from position ``shift + o * s`` of a doubling's levels
     (:func:`_doubled_levels`: its ``pieces`` and their count), for o < ``count``.  At
-    stride 1 each output vector adds its pieces in registers (:func:`sum_vectors`), with
-    no pass over ``sums`` per piece."""
+    stride 1 each output vector adds its pieces in registers
+    (:func:`sum_vectors_screened`), with no pass over ``sums`` per piece.  Whether a sum is
+    not finite (the flag :func:`_store` otherwise takes)."""
     u = np.uint64
     if s == 1:
         for t in range(taken):
             pieces[t] += shift
-        sum_vectors(sums, to, terms, pieces, taken, count)
+        flagged = sum_vectors_screened(sums, to, terms, pieces, taken, count)
         for t in range(taken):
             pieces[t] -= shift
-        return
+        return flagged != 0
     at = pieces[0] + shift
     for o in range(count):
         sums[u(to + o)] = terms[u(at + o * s)]
@@ -238,6 +239,11 @@ def _window_sums(sums, to, terms, pieces, taken, shift, count, s):
         at = pieces[t] + shift
         for o in range(count):
             sums[u(to + o)] += terms[u(at + o * s)]
+    flagged = 0
+    for o in range(count):
+        total = sums[u(to + o)]
+        flagged |= np.int64(total - total != 0.0)
+    return flagged != 0
 
 
 @uncounted_helper
@@ -448,13 +454,14 @@ def _rows_of_slice(rows, src, src_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len
 
 @uncounted_helper
 def _store(y, y_at, y_pitch, sums, pitch, rows, count, lead, lead_at, factors, factors_at,
-           mode, p, patch):
+           mode, p, patch, check):
     """Y's ``rows`` rows (``y_pitch`` apart) of ``count`` outputs from ``sums`` (rows
     ``pitch`` apart): the sum times ``lead[lead_at + r] * factors[factors_at + o]``
     (AVERAGE), its p-th root (ROOT) or itself, a NaN as one quiet NaN, rounded to Y's
     type.  ``patch`` (a float64 redo of float32 averages): only the averages Y holds as inf
-    or NaN are stored.  Whether an average's sum was not finite (the flag a redo follows;
-    LpPool's float64 sums are never redone)."""
+    or NaN are stored.  With ``check``, whether an average's sum was not finite (the flag a
+    redo follows; LpPool's float64 sums are never redone), else False (the caller noted
+    it as the sums were taken)."""
     u = np.uint64
     nan = np.nan
     if patch:
@@ -473,13 +480,18 @@ def _store(y, y_at, y_pitch, sums, pitch, rows, count, lead, lead_at, factors, f
     for r in range(rows):
         at = u(r * pitch)
         to = u(y_at + r * y_pitch)
-        if mode == AVERAGE:
+        if mode == AVERAGE and check:
             scale = lead[lead_at + r]
             for o in range(count):
                 total = np.float64(sums[at + u(o)])
                 # an integer or-reduction, which vectorises (a bool one did not)
                 flagged |= np.int64(total - total != 0.0)
                 v = total * scale * factors[u(factors_at + o)]
+                y[to + u(o)] = narrow_to(v if v == v else nan, y)
+        elif mode == AVERAGE:
+            scale = lead[lead_at + r]
+            for o in range(count):
+                v = np.float64(sums[at + u(o)]) * scale * factors[u(factors_at + o)]
                 y[to + u(o)] = narrow_to(v if v == v else nan, y)
         elif mode == ROOT and p == 2.0:
             for o in range(count):
@@ -522,9 +534,10 @@ def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, 
                                         (g - 1) * pitch + out + (k - 1) * d, k, d, levels_at,
                                         level_pitch, pieces)
                 for r in range(g):
-                    _window_sums(sums, r * pitch, src, pieces, taken, r * pitch, out, 1)
-                flagged |= _store(y, y_at + r0 * y_pitch, y_pitch, sums, pitch, g, out, lead,
-                                  lead_at + r0, factors, factors_at, mode, p, patch)
+                    flagged |= _window_sums(sums, r * pitch, src, pieces, taken, r * pitch,
+                                            out, 1) and mode == AVERAGE
+                _store(y, y_at + r0 * y_pitch, y_pitch, sums, pitch, g, out, lead,
+                       lead_at + r0, factors, factors_at, mode, p, patch, False)
             return flagged
         for r in range(rows):
             o_a = 0
@@ -532,9 +545,10 @@ def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, 
                 p0, o_b, length = _segment(o_a, shift, out, k, s, d, starts)
                 taken = _doubled_levels(src, src_at + r * pitch + p0, length, k, d, levels_at,
                                         level_pitch, pieces)
-                _window_sums(sums, 0, src, pieces, taken, 0, o_b - o_a, s)
-                flagged |= _store(y, y_at + r * y_pitch + o_a, y_pitch, sums, 0, 1, o_b - o_a,
-                                  lead, lead_at + r, factors, factors_at + o_a, mode, p, patch)
+                flagged |= _window_sums(sums, 0, src, pieces, taken, 0, o_b - o_a,
+                                        s) and mode == AVERAGE
+                _store(y, y_at + r * y_pitch + o_a, y_pitch, sums, 0, 1, o_b - o_a, lead,
+                       lead_at + r, factors, factors_at + o_a, mode, p, patch, False)
                 o_a = o_b
         return flagged
     width = vector_width(lanes)
@@ -554,7 +568,8 @@ def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, 
                 transpose_tile(sums, o0, step, loads, lane_sums, o0 * width, width,
                                min(width, count - o0))
             flagged |= _store(y, y_at + g0 * y_pitch + o_a, y_pitch, sums, step, loads, count,
-                              lead, lead_at + g0, factors, factors_at + o_a, mode, p, patch)
+                              lead, lead_at + g0, factors, factors_at + o_a, mode, p, patch,
+                              True)
             o_a = o_b
     return flagged
 
