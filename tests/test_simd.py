@@ -18,8 +18,8 @@ from kernel_types import kernel_types
 from poolfold import dtypes
 from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, UNROLL, fold_pair,
                                   fold_row_groups, fold_strided, fold_taps, fold_vectors,
-                                  sum_strided, sum_vectors, sum_vectors_screened, transpose_tile, vector_width,
-                                  zeros_and_nans)
+                                  sum_strided, sum_vectors, sum_vectors_screened,
+                                  transpose_tile, vector_width, zeros_and_nans)
 
 TYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8")
 

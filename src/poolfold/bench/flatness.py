@@ -111,9 +111,9 @@ def markdown(result: list[dict], meta: dict, command: str) -> str:
              "|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|"]
     lines += ["| " + " | ".join(cells) + " |" for cells in _cells(_rows(result))]
     lines += ["", f"`{command}` on {meta['date']}: {machine_text(meta)}, {meta['threads']} "
-                  f"threads; {versions_text(meta)}. Each window timed in its own blocks after a "
-                  f"pause, the windows' blocks in turn, as the timing table's implementations "
-                  f"are; the median, in milliseconds. {load_text(meta)}"]
+                  f"threads; {versions_text(meta)}. Each window timed in its own blocks "
+                  f"after a pause, the windows' blocks in turn, as the timing table's "
+                  f"implementations are; the median, in milliseconds. {load_text(meta)}"]
     return "\n".join(lines)
 
 

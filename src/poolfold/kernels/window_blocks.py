@@ -325,9 +325,9 @@ def _leading_axis(dst, dst_at, dst_pitch, src, src_at, n, width, cols, out, k, s
     padded by ``pad`` rows of zeros before it (positions j < ``length``: input row j - pad),
     of its first ``cols`` columns, into ``dst[dst_at + o * dst_pitch + c]`` (o < out, c <
     cols), in steps of about equal width of at most :func:`leading_columns` columns, the
-    terms read from ``src`` as they are needed.  By blocks (``running``, see the module's docstring; ``partial`` holds a
-    block's suffixes and the next block's prefixes, k + 2 positions of those columns), else
-    each window adds its taps in order."""
+    terms read from ``src`` as they are needed.  By blocks (``running``, see the module's
+    docstring; ``partial`` holds a block's suffixes and the next block's prefixes, k + 2
+    positions of those columns), else each window adds its taps in order."""
     u = np.uint64
     most = leading_columns(k, running, partial.itemsize)
     steps = (cols + most - 1) // most
