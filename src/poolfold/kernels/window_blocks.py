@@ -625,8 +625,7 @@ def _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, factors, mode, mark,
             flagged |= _last_axis(y_flat, g0 * out + o_a, out, rows, 0, segment, count,
                                   o_a * s - q0, o_b - o_a, k, s, d, running, starts,
                                   SLACK * segment + SLACK, segment, pieces, lanes,
-                                  lane_sums, sums,
-                                  ones, 0, factors[0], o_a, mode, p, patch)
+                                  lane_sums, sums, ones, 0, factors[0], o_a, mode, p, patch)
             o_a = o_b
     return flagged
 
@@ -639,11 +638,11 @@ def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     time), staged with their padding a segment at a time: AVERAGE multiplies each window's
     sum by ``factors[0, o]`` (the divisor's inverse), ROOT takes its p-th root.  ``mark``
     selects the term of each element (poolfold.kernels.window_sum); ``dims`` see the
-    module's rows; ``segments``, the
-    segmentation of the rows (:func:`segments`); the sums are of ``acc``'s type.  A row of a
-    group of rows with a sum that is not finite is marked in ``flagged``; with ``patch``,
-    only the groups holding a marked row are summed, and only the averages Y holds as inf or
-    NaN stored (a float64 redo of float32 sums: see the module's docstring)."""
+    module's rows; ``segments``, the segmentation of the rows (:func:`segments`); the sums
+    are of ``acc``'s type.  A row of a group of rows with a sum that is not finite is marked
+    in ``flagged``; with ``patch``, only the groups holding a marked row are summed, and
+    only the averages Y holds as inf or NaN stored (a float64 redo of float32 sums: see the
+    module's docstring)."""
     starts, segment = segments[STARTS], segments[POSITIONS]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
