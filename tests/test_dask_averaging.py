@@ -149,10 +149,10 @@ def test_rank_1_and_3():
             for chunks in ((1, 1, 2, 3, 4), (1, 2, 1, 1, 1)):
                 got = chunked(da.from_array(x3, chunks=chunks), **kw, **extra)
                 assert_same(got.compute(**THREADS), in_memory(x3, **kw, **extra))
-    x3 = data((1, 2, 8, 5, 9), seed=4)  # float32: block sums, axis 1 by blocks (whole)
+    x3 = data((1, 2, 8, 5, 9), seed=4)  # float32: block sums, axis 1 by blocks
     kw = dict(kernel_shape=[2, 13, 70], pads=[1, 6, 35, 0, 6, 35])
     got = pdask.average_pool(da.from_array(x3, chunks=(1, 1, 3, 2, 4)), **kw)
-    assert len(got.chunks[2]) > 1 and got.chunks[3] == (5,) and len(got.chunks[4]) > 1
+    assert all(len(c) > 1 for c in got.chunks[2:])
     assert_same(got.compute(**THREADS), poolfold.average_pool(x3, **kw))
 
 
@@ -194,20 +194,41 @@ def test_overhang_divisor_on_every_slab():
 
 
 def test_running_sums_keep_axes_whole_and_match_bits():
-    """float32 windows of many overlapping taps along a leading axis are summed from partial
-    sums over blocks of k taps in memory, blocks that start where the row starts: pooling
-    slabs on their own may round differently, the chunked op keeps such axes whole and does
-    not.  The block sums' last axis, summed by doubling, stays chunked: a window's sum is
-    grouped by its taps' places in the window alone."""
+    """The separable passes' running sums (channels-last, windows of many overlapping taps)
+    start where a row starts, and a non-finite value anywhere in a row turns it to direct
+    adds: pooling slabs on their own may round differently, so the chunked op keeps such
+    axes whole, and the axes after them, and has the in-memory bits."""
+    x = data((1, 40, 12, 20), seed=3, spread=40)
+    x[0, 4, 7, 2] = np.inf
+    kw = dict(kernel_shape=[30, 6], strides=[10, 1], pads=[15, 2, 14, 3])
+    plan = resolve_plan(schema.resolve("AveragePool", None), (1, 20, 40, 12),
+                        kw["kernel_shape"], kw["strides"], kw["pads"], None, "NOTSET", 0)
+    assert row_start_axes(plan, np.float32, "average", one_channel=False) == (False, True)
+    for op in ("avg1", "lp3"):
+        in_memory, chunked, extra = WINDOWED[op]
+        in_memory = getattr(poolfold.nhwc, in_memory.__name__)
+        chunked = getattr(pdask.nhwc, chunked.__name__)
+        got = chunked(da.from_array(x, chunks=(1, 7, 5, 9)), **kw, **extra)
+        assert len(got.chunks[1]) > 1 and len(got.chunks[2]) == 1
+        assert_same(got.compute(**THREADS), in_memory(x, **kw, **extra))
+
+
+def test_block_sums_chunk_every_axis():
+    """The block sums place a leading axis's blocks from the whole row's first position,
+    and a slab is told where its rows start in it: every axis stays chunked, and each
+    window is summed as in memory.  A column of values over 140 binades, pooled along 80
+    taps by blocks, rounds otherwise wherever the blocks fall elsewhere; the last axis,
+    by doubling, groups a window's sum by its taps' places in the window alone."""
     rng = np.random.default_rng(0)
     column = np.concatenate([[2.0 ** 100], rng.random(59) * 2.0 ** 40, rng.random(340) + 0.5])
     column = column.astype(np.float32)
     spec = schema.resolve("AveragePool", None)
     x = np.repeat(column.reshape(1, 1, 400, 1), 3, axis=3)
     plan = resolve_plan(spec, x.shape, [80, 1], None, None, None, "NOTSET", 0)
-    assert row_start_axes(plan, np.float32, "average") == (True, False)
+    assert running_sum_axes(plan, np.float32, "average") == (True, False)
+    assert row_start_axes(plan, np.float32, "average") == (False, False)
     got = pdask.average_pool(da.from_array(x, chunks=(1, 1, 100, 2)), [80, 1])
-    assert got.chunks[2:] == ((321,), (2, 1))
+    assert got.chunks[2:] == ((61, 100, 100, 60), (2, 1))
     assert_same(got.compute(**THREADS), poolfold.average_pool(x, [80, 1]))
     x = column.reshape(1, 1, 400)
     plan = resolve_plan(spec, x.shape, [80], None, None, None, "NOTSET", 0)
@@ -220,18 +241,16 @@ def test_running_sums_keep_axes_whole_and_match_bits():
     x[0, 0, 399] = np.inf
     assert_same(pdask.average_pool(da.from_array(x, chunks=(1, 1, 7)), [80]).compute(**THREADS),
                 poolfold.average_pool(x, [80]))
-    # A direct leading axis and a doubled last axis stay chunked; a leading axis by blocks
-    # is whole, the last axis after it still chunked.
+    # A direct leading axis and one by blocks, each with a doubled last axis.
     x2 = data((1, 2, 12, 100), seed=6, spread=40)
     x2[0, 1, 5, 30] = -np.inf
-    for kw, whole in ((dict(kernel_shape=[3, 70], pads=[1, 0, 1, 0]), False),
-                      (dict(kernel_shape=[30, 3], strides=[1, 2], pads=[15, 0, 15, 0]), True)):
+    for kw in (dict(kernel_shape=[3, 70], pads=[1, 0, 1, 0]),
+               dict(kernel_shape=[30, 3], strides=[1, 2], pads=[15, 0, 15, 0])):
         for op in ("avg1", "lp3"):
             in_memory, chunked, extra = WINDOWED[op]
             got = chunked(da.from_array(x2, chunks=(1, 1, 5, 9)), **kw, **extra)
             assert_same(got.compute(**THREADS), in_memory(x2, **kw, **extra))
-            assert (len(got.chunks[2]) == 1) == whole
-            assert len(got.chunks[3]) > 1
+            assert len(got.chunks[2]) > 1 and len(got.chunks[3]) > 1
 
 
 @pytest.mark.parametrize("kw", [dict(kernel_shape=[13, 13], auto_pad="SAME_UPPER"),
@@ -240,12 +259,12 @@ def test_running_sums_keep_axes_whole_and_match_bits():
                                 dict(kernel_shape=[1, 15, 15], auto_pad="SAME_LOWER")],
                          ids=["13x13", "9x9x15-s2", "1x15x15"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_block_sums_keep_only_their_leading_axes_whole(kw, dtype):
-    """The block sums' leading axes by blocks are kept whole; the axes after them stay
-    chunked and give the in-memory bits: each column is summed along the leading axes on
-    its own, the last axis by doubling, and a window whose float32 sum is not finite is
-    summed again in float64 whichever columns a slab holds (sums past float32 in one corner,
-    a NaN and an inf elsewhere)."""
+def test_block_sums_chunks_match_bits(kw, dtype):
+    """Chunks smaller than the windows, on every axis, give the in-memory bits: each column
+    is summed along the leading axes on its own, blocks placed as the whole tensor's, the
+    last axis by doubling, and a window whose float32 sum is not finite is summed again in
+    float64 whichever columns a slab holds (sums past float32 in one corner, a NaN and an
+    inf elsewhere)."""
     rank = len(kw["kernel_shape"])
     shape = (1, 2) + ((40, 90) if rank == 2 else (11, 17, 60))
     x = np.random.default_rng(12).standard_normal(shape)
@@ -259,18 +278,54 @@ def test_block_sums_keep_only_their_leading_axes_whole(kw, dtype):
     geometry = [kw.get("strides"), kw.get("pads"), None, kw.get("auto_pad", "NOTSET"), 0]
     plan = resolve_plan(schema.resolve("AveragePool", None), x.shape, kw["kernel_shape"],
                         *geometry)
-    whole = whole_axes(plan, x.dtype, "average", 2.0, True)
-    assert any(whole) and not whole[-1]
-    assert tuple(len(c) == 1 for c in got.chunks[2:]) == whole
+    assert any(running_sum_axes(plan, x.dtype, "average")[:-1])
+    assert not any(whole_axes(plan, x.dtype, "average", 2.0, True))
+    assert all(len(c) > 1 for c in got.chunks[2:])
     expected = poolfold.average_pool(x, **kw)
     assert np.isfinite(expected[0, 0].astype(np.float32)).all()
     assert_same(got.compute(**THREADS), expected)
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_block_sums_random_slabs_match_bits(seed):
+    """Random windows of 6 to 13 taps on 2 or 3 axes (leading axes by blocks), strides,
+    dilations, pads, ceil mode, over values of 40 binades, chunked at random sizes: slabs
+    whose rows start anywhere in the whole tensor's blocks give its bits, AveragePool and
+    LpPool, float32, float16 and bfloat16."""
+    rng = np.random.default_rng(seed)
+    spec = schema.resolve("AveragePool", None)
+    taken = 0
+    while taken < 3:
+        rank = int(rng.integers(2, 4))
+        shape = (1, 2) + tuple(int(v) for v in rng.integers(8, 30 if rank == 3 else 60, rank))
+        kw = dict(kernel_shape=[int(v) for v in rng.integers(6, 14, rank)],
+                  strides=[int(rng.choice([1, 1, 2])) for _ in range(rank)],
+                  dilations=[int(rng.choice([1, 1, 2])) for _ in range(rank)],
+                  pads=[int(v) for v in rng.integers(0, 5, 2 * rank)],
+                  ceil_mode=int(rng.integers(0, 2)))
+        dtype = [np.float32, np.float16, BF16][taken]
+        try:
+            plan = resolve_plan(spec, shape, kw["kernel_shape"], kw["strides"], kw["pads"],
+                                kw["dilations"], "NOTSET", kw["ceil_mode"])
+        except poolfold.PoolfoldError:
+            continue
+        if not any(running_sum_axes(plan, dtype, "average")[:-1]):
+            continue  # no leading axis by blocks
+        taken += 1
+        x = data(shape, dtype, seed=seed, spread=20)
+        chunks = (1, 1) + tuple(int(v) for v in rng.integers(3, 12, rank))
+        for op in ("avg0", "avg1", "lp1", "lp2"):
+            in_memory, chunked, extra = WINDOWED[op]
+            kind, p = ("average", 2.0) if "p" not in extra else ("lp", extra["p"])
+            assert not any(whole_axes(plan, x.dtype, kind, p, True))
+            got = chunked(da.from_array(x, chunks=chunks), **kw, **extra)
+            assert_same(got.compute(**THREADS), in_memory(x, **kw, **extra))
+
+
 def test_float32_block_sums_redone_in_float64_match_bits():
     """Averages by block sums add float32 and take a window whose float32 sum is not finite
     again in float64: which windows those are depends on their values alone, so slabs of the
-    tensor give the in-memory bits, on an axis kept whole and on one chunked alike."""
+    tensor give the in-memory bits, on leading axes by blocks and a doubled last axis."""
     x = np.random.default_rng(9).standard_normal((1, 2, 40, 90)).astype(np.float32)
     x[0, 0, 10:30, 20:60] = 3.0e37  # sums past float32, averages well inside it
     x[0, 1, 5, 7] = np.nan
@@ -573,7 +628,8 @@ def test_nothing_computed_at_call_time():
         x = da.zeros(shape, dtype=np.float32, chunks=chunks).map_blocks(explode,
                                                                          dtype=np.float32)
         results = [module.average_pool(x, [3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
-                   module.average_pool(x, [12, 12], auto_pad="SAME_UPPER"),  # kept whole
+                   # block sums channels-first, running sums kept whole channels-last
+                   module.average_pool(x, [12, 12], auto_pad="SAME_UPPER"),
                    module.lp_pool(x, [2, 2], strides=[2, 2], p=3),
                    module.global_max_pool(x), module.global_average_pool(x),
                    module.global_lp_pool(x, p=1)]

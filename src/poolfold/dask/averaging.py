@@ -13,17 +13,21 @@ window's centre.  Each output chunk is pooled by the in-memory kernels
   ``n + pad_end - hi``, so every window counts the same taps P (count_include_pad=1), the
   ceil-mode overhang past ``n + pad_end`` included (it counts in neither);
 - the kernels add each window's taps in order, or as a tree grouped by the taps' places in
-  the window (the block sums' doubling), so an output depends on its window's values
-  alone, with one exception: on an axis where plain sums (float32, float16, bfloat16 input;
-  not LpPool's scaled sums) take running sums over blocks of k taps (windows of many taps
-  that overlap heavily: :func:`poolfold.ops.averaging.row_start_axes`), a row's results
-  depend on where the row starts and on every column of the row (a non-finite value
-  anywhere in it turns the row to direct adds).  From the first such axis on, the axes are
-  kept whole: one output chunk, and every task reads the whole axis; the block sums keep
-  only such axes whole (their leading axes by blocks, :func:`whole_axes`): each of their
-  columns is summed along those axes on its own, the last axis by doubling, and a window
-  whose float32 sum is not finite is summed again in float64 whichever columns the slab
-  holds.  The slab is pooled with the whole tensor's running-sums choice per axis, and
+  the window (the block sums' doubling), or from partial sums over blocks of k taps (plain
+  sums of float32, float16 and bfloat16 input, not LpPool's scaled sums, along an axis of
+  many heavily overlapping taps), whose rounding depends on where the blocks fall:
+  - the block sums (channels-first, rank 1 to 3) place a leading axis's blocks from the
+    whole row's first position, and the slab is told its first output per axis
+    (``first_outputs``), so its blocks are the whole tensor's; each column is summed along
+    the leading axes on its own, the last axis by doubling, and a window whose float32 sum
+    is not finite is summed again in float64 whichever columns the slab holds: every axis
+    stays chunked;
+  - the separable passes' running sums (:func:`poolfold.ops.averaging.row_start_axes`)
+    start where the row starts, and a non-finite value anywhere in a row turns it to direct
+    adds: from the first such axis on, the axes are kept whole (:func:`whole_axes`), one
+    output chunk, and every task reads the whole axis.
+
+  The slab is pooled with the whole tensor's running-sums choice per axis, and
   channels-last with its channel block (C chunks are cut at multiples of it).
 
 Channels-last, a tensor of one channel takes the channels-first kernels' paths in memory, so
@@ -52,7 +56,7 @@ from ..geometry import WindowPlan
 from ..memory import check_size
 from ..ops._common import activate
 from ..ops.averaging import (channel_block_for, pool_global, pool_windows, row_start_axes,
-                              running_sum_axes, takes_block_sums)
+                              running_sum_axes)
 from ..ops.layout import axes
 from . import _graph
 from .pool import output_ranges
@@ -89,22 +93,20 @@ def _aligned_channels(chunks: tuple[int, ...], block: int) -> tuple[int, ...]:
 
 
 def _windows_block(arrays, placements, block_shape, dtype, label, plan, kind,
-                   count_include_pad, p, channels_last, running, block, act):
+                   count_include_pad, p, channels_last, running, block, first_outputs, act):
     """One output chunk: assemble its input slab and pool it as in memory."""
     x = _graph.assemble(arrays, placements, block_shape, dtype)
     y = pool_windows(label, x, plan, channels_last, kind, count_include_pad, p,
-                     running=running, channel_block=block)
+                     running=running, channel_block=block, first_outputs=first_outputs)
     return y if act is None else activate(y, act)
 
 
 def whole_axes(plan: WindowPlan, dtype, kind: str, p: float, one_channel: bool
                ) -> tuple[bool, ...]:
     """Per spatial axis, whether the chunked op keeps it whole (see the module's docstring):
-    the block sums' axes whose sums depend on where their rows start, else every axis from
-    the first such axis on."""
+    every axis from the first whose sums depend on where its rows start on (none of the
+    block sums')."""
     starts = row_start_axes(plan, dtype, kind, p, one_channel)
-    if one_channel and takes_block_sums(plan, dtype, kind, p, 1):
-        return starts
     first = next((a for a, r in enumerate(starts) if r), plan.rank)
     return tuple(a >= first for a in range(plan.rank))
 
@@ -163,8 +165,10 @@ def pool_windows_chunked(spec, x: da.Array, plan: WindowPlan, kind: str,
                 x.name, n_axis, c_axis, (bn, n_chunks[bn]), (bc, c_chunks[bc]), spatial_axes,
                 [(e[2], e[3], e[4]) for e in combo], ndim)
             key = (bn,) + combo_index + (bc,) if channels_last else (bn, bc) + combo_index
+            first_outputs = tuple(e[0] for e in combo)
             tasks[key] = (_windows_block, keys, placements, block_shape, x.dtype, spec.label,
-                          sub, kind, count_include_pad, p, channels_last, running, block, act)
+                          sub, kind, count_include_pad, p, channels_last, running, block,
+                          first_outputs, act)
     if channels_last:
         y_chunks = (n_chunks,) + out_spatial_chunks + (c_chunks,)
     else:

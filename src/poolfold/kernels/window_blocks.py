@@ -11,9 +11,10 @@ first tap, ``(out - 1) * s + (k - 1) * d + 1`` of them), either
 - a leading axis by van Herk / Gil-Werman block sums: along each dilation phase the
   positions fall in blocks of k taps, from the row's first position; a window is one
   whole block (its prefix sum) or the end of one block and the start of the next (a suffix
-  plus a prefix).  Three additions per position whatever the window.  The blocks start
-  where the padded row starts, so these sums round as the row's start places them:
-  poolfold.dask keeps such axes whole (:func:`poolfold.ops.averaging.row_start_axes`);
+  plus a prefix).  Three additions per position whatever the window.  These sums round as
+  the blocks fall, so the blocks are placed from the whole row's first position: a
+  poolfold.dask slab's row starts OFFSET positions into their pattern
+  (:func:`block_offset`), and its windows have the whole tensor's bits;
 - the last axis by doubling (:func:`_doubled_levels`): the sums of 2, 4, 8 ... taps from
   every position, each level a pass of vectors over the row, and a window adds the levels
   that make up its k taps (:func:`_window_sums`), each output vector its pieces in
@@ -76,10 +77,12 @@ from .simd import add_pair, add_vectors, sum_vectors_screened, transpose_tile, v
 from .window_sum import AVERAGE, ROOT, _term, widen
 
 # Rows of ``dims`` (one column per spatial axis): input and output sizes, kernel, stride,
-# dilation, the padding before the input, the positions a padded row holds, and whether the
-# axis is summed by blocks (1) or window by window (0).
-N, OUT, KERNEL, STRIDE, DILATION, PAD_BEGIN, PADDED, RUNNING = range(8)
-DIM_ROWS = 8
+# dilation, the padding before the input, the positions a padded row holds, whether the axis
+# is summed by blocks (1) or window by window (0), and where its blocks start: OFFSET
+# positions of the first block lie before the row's first position (0 in memory; a
+# poolfold.dask slab's blocks are the whole tensor's: see :func:`block_offset`).
+N, OUT, KERNEL, STRIDE, DILATION, PAD_BEGIN, PADDED, RUNNING, OFFSET = range(9)
+DIM_ROWS = 9
 
 # A leading axis is summed at most this many columns at a time, and by blocks as many as
 # keep a block's suffixes and the next block's prefix (k + 2 positions) within SUFFIX_BYTES
@@ -107,6 +110,15 @@ def padded_length(out: int, k: int, s: int, d: int) -> int:
     """The positions a row of ``out`` windows of ``k`` taps at stride ``s`` and dilation
     ``d`` covers, from the first window's first tap."""
     return (out - 1) * s + (k - 1) * d + 1
+
+
+def block_offset(first_output: int, k: int, s: int, d: int) -> int:
+    """Where a leading axis's blocks start in a row whose first window is the whole row's
+    window ``first_output``: the positions of its first block before its first position.
+    Along each dilation phase the whole row's blocks start every k taps from its first
+    position, so their pattern repeats every ``k * d`` positions; a slab's row that starts
+    this far into it has the whole row's blocks, and each window the whole row's bits."""
+    return first_output * s % (k * d)
 
 
 # Entries of ``segments``, the last axis's segmentation (:func:`segments`).
@@ -320,14 +332,15 @@ def _add_term(dst, to, first, first_at, src, at, present, cols, mark, p):
 
 @uncounted_helper
 def _leading_axis(dst, dst_at, dst_pitch, src, src_at, n, width, cols, out, k, s, d, pad,
-                  length, running, partial, mark, p):
+                  length, offset, running, partial, mark, p):
     """The sums along the leading axis of ``src[src_at:]`` viewed as ``(n, width)`` and
     padded by ``pad`` rows of zeros before it (positions j < ``length``: input row j - pad),
     of its first ``cols`` columns, into ``dst[dst_at + o * dst_pitch + c]`` (o < out, c <
     cols), in steps of about equal width of at most :func:`leading_columns` columns, the
     terms read from ``src`` as they are needed.  By blocks (``running``, see the module's
     docstring; ``partial`` holds a block's suffixes and the next block's prefixes, k + 2
-    positions of those columns), else each window adds its taps in order."""
+    positions of those columns, its blocks ``offset`` positions into their pattern: see
+    :func:`block_offset`), else each window adds its taps in order."""
     u = np.uint64
     most = leading_columns(k, running, partial.itemsize)
     steps = (cols + most - 1) // most
@@ -346,12 +359,12 @@ def _leading_axis(dst, dst_at, dst_pitch, src, src_at, n, width, cols, out, k, s
                     _add_term(dst, to, dst, to, src, at, present, cw, mark, p)
             continue
         _running_columns(dst, to0, dst_pitch, src, at0, n, width, cw, out, k, s, d, pad,
-                         length, partial, mark, p)
+                         length, offset, partial, mark, p)
 
 
 @uncounted_helper
 def _running_columns(dst, dst_at, dst_pitch, src, src_at, n, width, cw, out, k, s, d, pad,
-                     length, partial, mark, p):
+                     length, offset, partial, mark, p):
     """:func:`_leading_axis` by blocks, of ``cw`` columns.  Along each phase, block by
     block: the block's suffixes into ``partial`` (k positions), then its windows in order,
     each a suffix of the block plus the next block's prefix so far (the position after the
@@ -367,9 +380,18 @@ def _running_columns(dst, dst_at, dst_pitch, src, src_at, n, width, cw, out, k, 
     block's prefix), and a prefix stays as it is over padding.  Adding a zero changes no
     sum but the sign of a zero, so the sums are the whole blocks' sums, grouped as they
     are, wherever the row starts; SAME windows as wide as their axis (63 taps over 64
-    inputs, half of the padded row zeros) take half the additions."""
+    inputs, half of the padded row zeros) take half the additions.
+
+    The blocks start ``offset`` positions before the row's first position
+    (:func:`block_offset`): the row is taken from there, those positions as padding where
+    no window starts.  A window's sum is a suffix of its own positions in one block plus a
+    prefix of its own positions in the next, each added from the block's edge, so it is
+    the one a longer row that holds it gives, bit for bit, wherever its blocks fall the
+    same (a poolfold.dask slab of the whole tensor)."""
     u = np.uint64
     w = u(cw)
+    pad += offset  # position j of the row is position j - offset of the caller's
+    length += offset
     for phase in range(min(d, length)):
         chain = (length - 1 - phase) // d + 1  # positions of this phase
         first = max(0, -((phase - pad) // d))  # the phase's positions holding inputs
@@ -383,8 +405,8 @@ def _running_columns(dst, dst_at, dst_pitch, src, src_at, n, width, cw, out, k, 
             reached = 0  # windows starting past the block's first position: [t_lo, reached)
             t_lo = span
             for t in range(1, span):
-                j = phase + (q + t) * d
-                if j % s == 0 and j // s < out:
+                j = phase + (q + t) * d - offset
+                if j >= 0 and j % s == 0 and j // s < out:
                     t_lo = min(t_lo, t)
                     reached = t + 1
             lo, hi = max(first - q, 0), min(last - q, span - 1)  # its inputs' places
@@ -398,8 +420,8 @@ def _running_columns(dst, dst_at, dst_pitch, src, src_at, n, width, cw, out, k, 
                               mark, p)
             held = 0  # the positions of the next block's prefix so far
             for t in range(0, max(1, reached)):
-                j = phase + (q + t) * d
-                if j % s != 0 or j // s >= out:
+                j = phase + (q + t) * d - offset
+                if j < 0 or j % s != 0 or j // s >= out:
                     continue  # no window starts here
                 to = u(dst_at + j // s * dst_pitch)
                 if t == 0:
@@ -434,8 +456,8 @@ def _prefix(partial, row, src, src_at, base, held, upto, phase, d, pad, n, width
 
 
 @uncounted_helper
-def _rows_of_slice(rows, src, src_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len_a, run_a,
-                   pad_l, len_l, partial, mark, p):
+def _rows_of_slice(rows, src, src_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len_a, offset_a,
+                   run_a, pad_l, len_l, partial, mark, p):
     """The sums along the axis before the last of ``src[src_at:]`` viewed as ``(n_a, n_l)``,
     output row o at ``rows[o * len_l + pad_l:]`` (the inputs the last axis's windows reach),
     the rest of each row of ``len_l`` positions zeros."""
@@ -449,7 +471,7 @@ def _rows_of_slice(rows, src, src_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len
             rows[u(at + j)] = 0.0
     if cols > 0:
         _leading_axis(rows, pad_l, len_l, src, src_at, n_a, n_l, cols, out_a, k_a, s_a, d_a,
-                      pad_a, len_a, run_a, partial, mark, p)
+                      pad_a, len_a, offset_a, run_a, partial, mark, p)
 
 
 @uncounted_helper
@@ -587,9 +609,10 @@ def _segment(o_a, shift, out, k, s, d, starts):
 @uncounted_helper
 def _axis(dims, a):
     """Axis ``a``'s row of ``dims``: input and output sizes, kernel, stride, dilation, the
-    padding before the input, the positions a padded row holds, and whether by blocks."""
+    padding before the input, the positions a padded row holds, whether by blocks, and
+    where its blocks start."""
     return (dims[N, a], dims[OUT, a], dims[KERNEL, a], dims[STRIDE, a], dims[DILATION, a],
-            dims[PAD_BEGIN, a], dims[PADDED, a], dims[RUNNING, a] == 1)
+            dims[PAD_BEGIN, a], dims[PADDED, a], dims[RUNNING, a] == 1, dims[OFFSET, a])
 
 
 @njit
@@ -611,7 +634,7 @@ def _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, factors, mode, mark,
              ones, lanes, lane_sums, sums, pieces, patch):
     """Rows ``[r0, r1)`` of :func:`block_sums_1d` (one at a time by doubling, else a
     vector's worth at a time), in the type of the buffers; whether a sum was not finite."""
-    n, out, k, s, d, pad, _, running = _axis(dims, 0)
+    n, out, k, s, d, pad, _, running, _ = _axis(dims, 0)
     width = 1 if running else vector_width(lanes)  # doubling takes a row at a time
     flagged = False
     for g0 in range(r0, r1, width):
@@ -672,10 +695,10 @@ def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, 
               row_sums, lanes, lane_sums, sums, pieces, patch):
     """One plane of :func:`block_sums_2d` in the type of the buffers; whether a sum was not
     finite."""
-    n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a = _axis(dims, 0)
-    n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l = _axis(dims, 1)
-    _rows_of_slice(row_sums, x_flat, x_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len_a, run_a,
-                   pad_l, len_l, part, mark, p)
+    n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a, offset_a = _axis(dims, 0)
+    n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l, _ = _axis(dims, 1)
+    _rows_of_slice(row_sums, x_flat, x_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len_a,
+                   offset_a, run_a, pad_l, len_l, part, mark, p)
     return _last_axis(y_flat, y_at, out_l, row_sums, 0, len_l, out_a, 0, out_l, k_l, s_l, d_l,
                       run_l, starts, out_a * len_l + SLACK, segment, pieces, lanes,
                       lane_sums, sums, factors[0], 0, factors[1], 0, mode, p, patch)
@@ -717,18 +740,18 @@ def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, 
               part, row_sums, sums0, lanes, lane_sums, sums, pieces, patch):
     """One plane of :func:`block_sums_3d` in the type of the buffers; whether a sum was not
     finite."""
-    n_0, out_0, k_0, s_0, d_0, pad_0, len_0, run_0 = _axis(dims, 0)
-    n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a = _axis(dims, 1)
-    n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l = _axis(dims, 2)
+    n_0, out_0, k_0, s_0, d_0, pad_0, len_0, run_0, offset_0 = _axis(dims, 0)
+    n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a, offset_a = _axis(dims, 1)
+    n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l, _ = _axis(dims, 2)
     slice_in = n_a * n_l
     _leading_axis(sums0, 0, slice_in, x_flat, x_at, n_0, slice_in, slice_in, out_0, k_0, s_0,
-                  d_0, pad_0, len_0, run_0, part, mark, p)
+                  d_0, pad_0, len_0, offset_0, run_0, part, mark, p)
     flagged = False
     for o0 in range(out_0):
         for o in range(out_a):
             lead[o] = factors[0, o0] * factors[1, o]
         _rows_of_slice(row_sums, sums0, o0 * slice_in, n_a, n_l, out_a, k_a, s_a, d_a, pad_a,
-                       len_a, run_a, pad_l, len_l, part, _SUMS, p)
+                       len_a, offset_a, run_a, pad_l, len_l, part, _SUMS, p)
         flagged |= _last_axis(y_flat, y_at + o0 * out_a * out_l, out_l, row_sums, 0, len_l,
                               out_a, 0, out_l, k_l, s_l, d_l, run_l, starts,
                               out_a * len_l + SLACK, segment, pieces, lanes, lane_sums,

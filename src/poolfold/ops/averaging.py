@@ -229,13 +229,17 @@ def doubles_last_axis(n: int, out: int, k: int) -> bool:
     return k >= 2 and out * k > n
 
 
-def block_sum_dims(plan: WindowPlan, running: tuple[bool, ...]) -> np.ndarray:
-    """The block sums' per-axis table (window_blocks' rows N ... RUNNING)."""
+def block_sum_dims(plan: WindowPlan, running: tuple[bool, ...],
+                   first_outputs: tuple[int, ...] | None = None) -> np.ndarray:
+    """The block sums' per-axis table (window_blocks' rows N ... OFFSET).  ``first_outputs``:
+    per axis, the whole tensor's output that is ``plan``'s first (a poolfold.dask slab's),
+    whose blocks are then placed as the whole tensor's (window_blocks.block_offset)."""
     dims = np.zeros((window_blocks.DIM_ROWS, plan.rank), np.int64)
     for a in range(plan.rank):
         out, k, s, d = plan.out_shape[a], plan.kernel[a], plan.strides[a], plan.dilations[a]
+        offset = window_blocks.block_offset(first_outputs[a], k, s, d) if first_outputs else 0
         dims[:, a] = (plan.in_shape[a], out, k, s, d, plan.pad_begin[a],
-                      window_blocks.padded_length(out, k, s, d), int(running[a]))
+                      window_blocks.padded_length(out, k, s, d), int(running[a]), offset)
     dims.flags.writeable = False
     return dims
 
@@ -316,10 +320,10 @@ def running_sum_axes(plan: WindowPlan, dtype: np.dtype, kind: str, p: float = 2.
     (float32, float16, bfloat16; not LpPool's scaled sums) ever do.  Unlike a window's own
     taps, a running-sum pass's result depends on where its rows start, and a non-finite
     value anywhere in a row turns the whole row to direct adds: poolfold.dask keeps such
-    axes whole.  ``one_channel``: one element per position (channels-first, or one
-    channel), whose last axis's rows are single elements in the separable passes; the block
-    sums take their last axis by doubling where its windows overlap
-    (:func:`doubles_last_axis`)."""
+    axes whole (:func:`row_start_axes`; not the block sums').  ``one_channel``: one element
+    per position (channels-first, or one channel), whose last axis's rows are single
+    elements in the separable passes; the block sums take their last axis by doubling where
+    its windows overlap (:func:`doubles_last_axis`)."""
     blocks = one_channel and takes_block_sums(plan, dtype, kind, p, 1)
     if (np.dtype(dtype).itemsize == 8 or is_scaled(kind, dtype, p)
             or (takes_row_sums(plan, dtype, kind, p) and not blocks)):
@@ -335,13 +339,13 @@ def running_sum_axes(plan: WindowPlan, dtype: np.dtype, kind: str, p: float = 2.
 def row_start_axes(plan: WindowPlan, dtype: np.dtype, kind: str, p: float = 2.0,
                    one_channel: bool = True) -> tuple[bool, ...]:
     """Per axis, whether its sums depend on where a row of it starts (poolfold.dask keeps
-    such axes whole): the axes :func:`running_sum_axes` names, less the block sums' last
-    axis, which they sum by doubling, a window's sum a tree over its own values grouped by
-    their places in the window alone."""
-    running = running_sum_axes(plan, dtype, kind, p, one_channel)
+    such axes whole): the axes :func:`running_sum_axes` names, none of the block sums'.
+    Their leading axes place their blocks from the whole row's first position, which a
+    slab is told (:func:`pool_windows`' ``first_outputs``), and their last axis doubles, a
+    window's sum a tree over its own values grouped by their places in the window alone."""
     if one_channel and takes_block_sums(plan, dtype, kind, p, 1):
-        return running[:-1] + (False,)
-    return running
+        return (False,) * plan.rank
+    return running_sum_axes(plan, dtype, kind, p, one_channel)
 
 
 # The largest 2-D output plane whose averages' factors the row kernel reads from a table
@@ -471,14 +475,17 @@ def _check_row_scratch(label, plan: WindowPlan, channels: int) -> None:
 def pool_windows(label: str, x: np.ndarray, plan: WindowPlan, channels_last: bool, kind: str,
                  count_include_pad: int = 0, p: float = 2.0, *,
                  running: tuple[bool, ...] | None = None,
-                 channel_block: int | None = None) -> np.ndarray:
+                 channel_block: int | None = None,
+                 first_outputs: tuple[int, ...] | None = None) -> np.ndarray:
     """AveragePool (``kind`` "average") or LpPool ("lp") of a validated input.
 
     ``running`` (per axis) and ``channel_block`` impose the passes' running-sums choice and
-    the channels-last work items' width instead of deriving them from ``plan``: poolfold.dask
-    pools a slab with the whole tensor's choices, so that every output has its bits."""
+    the channels-last work items' width instead of deriving them from ``plan``, and
+    ``first_outputs`` (per axis, the whole tensor's output that is ``plan``'s first) places
+    the block sums' blocks as the whole tensor's: poolfold.dask pools a slab with the whole
+    tensor's choices, so that every output has its bits."""
     return _windows_launch(label, x.shape, x.dtype, plan, channels_last, kind,
-                           count_include_pad, float(p), running, channel_block,
+                           count_include_pad, float(p), running, channel_block, first_outputs,
                            kernel_threads())(x)
 
 
@@ -550,7 +557,7 @@ class _WindowsLaunch(_Launch):
     repeats its calls."""
 
     def __init__(self, label, shape, dtype, plan, channels_last, kind, count_include_pad, p,
-                 running, channel_block, threads):
+                 running, channel_block, first_outputs, threads):
         layout = _layout(shape, channels_last)
         self.label = label
         self.dtype = dtype
@@ -605,8 +612,8 @@ class _WindowsLaunch(_Launch):
             # averages sum in float32, a plane whose float32 sum is not finite again in
             # float64 (redo); LpPool's terms |x|^p would lose their small values to float32's
             # range: float64 throughout
-            shared = (block_sum_dims(plan, running), segments, tables.axis_inverse, mode,
-                      term_marker(transform), float(p))
+            shared = (block_sum_dims(plan, running, first_outputs), segments,
+                      tables.axis_inverse, mode, term_marker(transform), float(p))
             self.arguments = (*shared, _FLOAT32_SUMS if average else _FLOAT64_SUMS, False)
             self.redo_arguments = (*shared, _FLOAT64_SUMS, True) if average else None
             self.flags = True
@@ -748,7 +755,8 @@ def _prepared_launch(label, x, plan, channels_last, kind, count_include_pad, p, 
     """A prepared AveragePool's or LpPool's launch for X's shape and type: Y of a checked X,
     the activation applied."""
     launch = _windows_launch(label, x.shape, x.dtype, plan, channels_last, kind,
-                             count_include_pad, float(p), None, None, kernel_threads())
+                             count_include_pad, float(p), None, None, None,
+                             kernel_threads())
     if act.code == IDENTITY:
         return launch
     return lambda x: activate(launch(x), act)
