@@ -424,20 +424,41 @@ def test_value_nobody_gives_is_an_error_at_prepare():
 
 # ------------------------------------------------------------------------- the benchmark
 
-def test_bench_models_blocks_last_the_floor():
+TICK = 2.0 ** -10
+
+
+class _TickingClock:
+    """A stand-in for the bench's ``time`` module whose clock moves ``TICK`` a reading (2^-10
+    s, so that the floor's division is exact): a run then seems to last one tick, whatever
+    else the machine is doing."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        self.now += TICK
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def test_bench_models_blocks_last_the_floor(monkeypatch):
     """Short runs get more of them a block, so that a block lasts ``block_s``; without a
     floor each block keeps ``repeat`` runs."""
     from poolfold.bench import models as backend_bench
 
-    floored = backend_bench.run(repeat=2, warmup=1, reference=False, zoo=False, rounds=1,
-                                block_s=0.02)
+    with monkeypatch.context() as patch:
+        patch.setattr(backend_bench, "time", _TickingClock())
+        floored = backend_bench.run(repeat=2, warmup=1, reference=False, zoo=False, rounds=1,
+                                    block_s=20 * TICK)
     plain = backend_bench.run(repeat=2, warmup=1, reference=False, zoo=False, rounds=1)
     for rows in (floored, plain):
         assert {r.model for r in rows} == set(backend_bench.MODELS)
-    # the bundled model runs in well under a millisecond: 20 ms take dozens of runs
-    segnet = [r for r in floored if r.model == "segnet (bundled)" and r.median_ms is not None]
-    assert segnet and all(r.runs > 10 for r in segnet), [(r.implementation, r.runs)
-                                                          for r in segnet]
+    # runs of one tick: a block of 20 ticks takes 20 of them
+    timed = [r for r in floored if r.median_ms is not None]
+    assert timed and all(r.runs == 20 for r in timed), [(r.implementation, r.runs)
+                                                        for r in timed]
     assert all(r.runs == 2 for r in plain if r.median_ms is not None)
 
 
