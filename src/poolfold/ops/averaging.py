@@ -98,12 +98,38 @@ def resolve_count_include_pad(spec, count_include_pad) -> int:
 # windowed pools
 
 
+class _WholeTables:
+    """A plan's divisor per output position and its inverse, the products of its per-axis
+    counts, made when first read."""
+
+    def __init__(self, label: str, counts: list | None):
+        self.label, self.counts = label, counts
+
+    @functools.cached_property
+    def divisor(self) -> np.ndarray:
+        if self.counts is None:
+            table = np.zeros(1, np.float64)
+        else:
+            check_table(self.label, "the divisor table",
+                        (math.prod(c.size for c in self.counts),), np.float64)
+            table = np.ones(1, np.float64)
+            for count in self.counts:
+                table = np.multiply.outer(table, count).ravel()
+        table.flags.writeable = False
+        return table
+
+    @functools.cached_property
+    def inverse(self) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            inverse = 1.0 / self.divisor
+        inverse.flags.writeable = False
+        return inverse
+
+
 class WindowTables(NamedTuple):
     axes: np.ndarray  # (AXIS_ROWS, rank) int64, see poolfold.kernels.window_sum
     taps: np.ndarray  # (4, rank, width): first, lo, hi, running-sums case
-    divisor: np.ndarray  # float64 per output position (AveragePool), or a dummy
     axis_counts: np.ndarray  # (rank, width) float64: the per-axis factors of the divisor
-    inverse: np.ndarray  # 1 / divisor (inf for an empty window), what the kernels multiply by
     axis_inverse: np.ndarray  # (rank, width) 1 / axis_counts: the divisor's inverse, per axis
     # 2-D plans of at most PLANE_FACTORS_MOST outputs: axis_inverse[0, r] * axis_inverse[1, o]
     # at r * outputs along the last axis + o (the factor the row kernel multiplies a sum
@@ -112,6 +138,20 @@ class WindowTables(NamedTuple):
     plane_factors: np.ndarray
     # the same factors split in two float32 (window_rows.split_factor), (2, n): float32 sums'
     split_plane_factors: np.ndarray
+    # per output position, the divisor (AveragePool) and its inverse (inf for an empty
+    # window), made on first use (:class:`_WholeTables`): only the separable passes and an
+    # empty input read them, and a 256^3 slab's took 256 MiB
+    whole: _WholeTables
+
+    @property
+    def divisor(self) -> np.ndarray:
+        """The divisor per output position (AveragePool), or a dummy."""
+        return self.whole.divisor
+
+    @property
+    def inverse(self) -> np.ndarray:
+        """1 / divisor (inf for an empty window), what the separable passes multiply by."""
+        return self.whole.inverse
 
     def row_factors(self, dtype: np.dtype) -> np.ndarray:
         """The plane factors the row kernel reads for sums of X of ``dtype``: split for the
@@ -386,16 +426,8 @@ def window_tables(plan: WindowPlan, divisor: str | None,
     axis_counts = np.ones((rank, taps.first.shape[1]), np.float64)
     for a, count in enumerate(counts):
         axis_counts[a, :count.size] = count
-    if divisor is None:
-        table = np.zeros(1, np.float64)
-    else:
-        check_table(plan.label, "the divisor table", (math.prod(plan.out_shape),), np.float64)
-        table = np.ones(1, np.float64)
-        for count in counts:
-            table = np.multiply.outer(table, count).ravel()
     tap_table = np.stack([taps.first, taps.lo, taps.hi, _running_cases(plan, running)])
     with np.errstate(divide="ignore"):
-        inverse = 1.0 / table
         axis_inverse = 1.0 / axis_counts
     plane_factors = np.zeros((1, 0), np.float64)
     outputs = [axis_inverse[a, :out] for a, out in enumerate(plan.out_shape)]
@@ -409,11 +441,12 @@ def window_tables(plan: WindowPlan, divisor: str | None,
     hi = plane_factors.astype(np.float32)
     with np.errstate(invalid="ignore"):  # inf - inf: an empty window's NaN, as in the kernel
         split_plane_factors = np.concatenate([hi, (plane_factors - hi).astype(np.float32)])
-    for array in (axes, tap_table, table, axis_counts, inverse, axis_inverse, plane_factors,
+    for array in (axes, tap_table, axis_counts, axis_inverse, plane_factors,
                   split_plane_factors):
         array.flags.writeable = False
-    return WindowTables(axes, tap_table, table, axis_counts, inverse, axis_inverse,
-                        plane_factors, split_plane_factors)
+    return WindowTables(axes, tap_table, axis_counts, axis_inverse, plane_factors,
+                        split_plane_factors,
+                        _WholeTables(plan.label, None if divisor is None else counts))
 
 
 def _running_cases(plan: WindowPlan, running) -> np.ndarray:
