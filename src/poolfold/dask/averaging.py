@@ -157,13 +157,15 @@ def pool_windows_chunked(spec, x: da.Array, plan: WindowPlan, kind: str,
     check_size(spec.label, "Y", biggest, x.dtype)
     tasks = {}
     token = tokenize(x.name, plan, kind, count_include_pad, p, channels_last, act, spec.label)
+    prefix = "average-pool" if kind == "average" else "lp-pool"
+    parts = _graph.Parts(x, prefix, token)
     for bn, bc in np.ndindex(len(n_chunks), len(c_chunks)):
         for combo_index in np.ndindex(*[len(e) for e in per_axis]):
             combo = [per_axis[a][j] for a, j in enumerate(combo_index)]
             sub = slab_plan(plan, [((e[0], e[1]), (e[2], e[3])) for e in combo])
             keys, placements, block_shape = _graph.slab_inputs(
                 x.name, n_axis, c_axis, (bn, n_chunks[bn]), (bc, c_chunks[bc]), spatial_axes,
-                [(e[2], e[3], e[4]) for e in combo], ndim)
+                [(e[2], e[3], e[4]) for e in combo], ndim, parts)
             key = (bn,) + combo_index + (bc,) if channels_last else (bn, bc) + combo_index
             first_outputs = tuple(e[0] for e in combo)
             tasks[key] = (_windows_block, keys, placements, block_shape, x.dtype, spec.label,
@@ -173,9 +175,8 @@ def pool_windows_chunked(spec, x: da.Array, plan: WindowPlan, kind: str,
         y_chunks = (n_chunks,) + out_spatial_chunks + (c_chunks,)
     else:
         y_chunks = (n_chunks, c_chunks) + out_spatial_chunks
-    prefix = "average-pool" if kind == "average" else "lp-pool"
     return _graph.arrays_from_tasks(prefix, tasks, [x], [(y_chunks, _graph.meta(ndim, x.dtype),
-                                                          None)], token)[0]
+                                                          None)], token, parts)[0]
 
 
 # ---------------------------------------------------------------------------------------------

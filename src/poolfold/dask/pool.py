@@ -144,13 +144,14 @@ def pool(spec, x, plan: WindowPlan, return_indices: bool, storage_order: int,
     tasks = {}
     token = tokenize(x.name, plan, return_indices, storage_order, channels_last, act,
                      spec.label)
+    parts = _graph.Parts(x, "max-pool", token)
     for bn, bc in np.ndindex(len(n_chunks), len(c_chunks)):
         for combo_index in np.ndindex(*[len(e) for e in per_axis]):
             combo = [per_axis[a][j] for a, j in enumerate(combo_index)]
             sub = block_plan(plan, [((e[0], e[1]), (e[2], e[3])) for e in combo])
             keys, placements, block_shape = _graph.slab_inputs(
                 x.name, n_axis, c_axis, (bn, n_chunks[bn]), (bc, c_chunks[bc]), spatial_axes,
-                [(e[2], e[3], e[4]) for e in combo], ndim)
+                [(e[2], e[3], e[4]) for e in combo], ndim, parts)
             origin = tuple(e[2] for e in combo)
             block = (bn, bc) + combo_index
             if channels_last:
@@ -165,5 +166,5 @@ def pool(spec, x, plan: WindowPlan, return_indices: bool, storage_order: int,
         # Indices are NCHW-shaped: a channels-last block (n, spatial..., c) is (n, c, spatial...).
         outputs.append((i_chunks, _graph.meta(ndim, np.int64),
                         nchw_order if channels_last else None))
-    arrays = _graph.arrays_from_tasks("max-pool", tasks, [x], outputs, token)
+    arrays = _graph.arrays_from_tasks("max-pool", tasks, [x], outputs, token, parts)
     return (arrays[0], arrays[1]) if return_indices else (arrays[0], None)
