@@ -1364,3 +1364,30 @@ def test_global_pools_cap_their_pieces_by_their_work_and_windowed_pools_do_not(m
     np.testing.assert_array_equal(poolfold.global_average_pool(x), np.ones((1, 100, 1, 1)))
     poolfold.average_pool(x, [3, 3])
     assert [launch.bound.work for launch in averaging._CALLS.values()] == [100 * 13 * 13, None]
+
+
+def test_only_the_separable_passes_read_a_divisor_per_output(monkeypatch):
+    """The row sums and the block sums multiply by per-axis factors: their calls make no
+    table of a divisor per output (16 bytes an output: 256 MiB for a 256^3 slab of a chunked
+    pool), which only the separable passes read (float64 here)."""
+    from poolfold.ops import averaging
+
+    def refuse(tables):
+        raise AssertionError("the per-output divisor table was read")
+
+    x = np.random.default_rng(3).standard_normal((1, 2, 12, 12, 12))
+    with monkeypatch.context() as patch:
+        patch.setattr(averaging._WholeTables, "divisor", property(refuse))
+        averaging.window_tables.cache_clear()
+        averaging._windows_launch.cache_clear()
+        for kw in (dict(kernel_shape=[3, 3, 3], pads=[1] * 6),  # the row sums
+                   dict(kernel_shape=[5, 5, 6], auto_pad="SAME_UPPER")):  # the block sums
+            for cip in (0, 1):
+                got = poolfold.average_pool(x.astype(np.float32), **kw, count_include_pad=cip)
+                want, info = oracle.average_pool(x.astype(np.float32), **kw,
+                                                 count_include_pad=cip)
+                oracle.assert_within_bound(got, want, info, np.float32, "average")
+        with pytest.raises(AssertionError, match="per-output divisor"):
+            poolfold.average_pool(x, [5, 5, 6], auto_pad="SAME_UPPER")  # float64: the passes
+    averaging.window_tables.cache_clear()
+    averaging._windows_launch.cache_clear()

@@ -436,6 +436,25 @@ def test_output_chunks_are_max_pools():
     assert pdask.global_max_pool(x).chunks == ((1,), (1, 1), (1,), (1,))
 
 
+@pytest.mark.parametrize("module", ["average_pool", "max_pool"])
+def test_slabs_read_parts_of_their_neighbours(module):
+    """A slab depends on its own chunk and on the parts it reads of its neighbours, each
+    neighbour's parts cut by one task of that chunk (not on the neighbours' whole chunks,
+    which a cluster's worker would fetch and hold), and has the in-memory bits."""
+    x = data((1, 1, 12, 12, 12), seed=13)
+    chunked = getattr(pdask, module)(da.from_array(x, chunks=4), [3, 3, 3], pads=[1] * 6)
+    graph = dict(chunked.__dask_graph__())
+    dependencies = dask.core.get_dependencies(graph, (chunked.name, 0, 0, 1, 1, 1))
+    inputs = [key for key in dependencies if "-part-" not in key[0]]
+    parts = [key for key in dependencies if "-part-" in key[0]]
+    assert len(inputs) == 1 and inputs[0][2:] == (0, 1, 1, 1)  # its own chunk, whole
+    assert len(parts) == 26  # one task a neighbour
+    part_tasks = [key for key in graph if isinstance(key, tuple) and "-part-" in key[0]]
+    assert len(part_tasks) == 27  # every chunk has parts its neighbours read
+    assert_same(chunked.compute(**THREADS), getattr(poolfold, module)(x, [3, 3, 3],
+                                                                      pads=[1] * 6))
+
+
 def test_empty_axes_and_batches():
     x = np.zeros((2, 3, 0, 4), np.float32)
     for cip in (0, 1):
