@@ -444,6 +444,56 @@ def test_block_sums_match_oracle(kind, case, monkeypatch):
     oracle.assert_within_bound(got, want, info, case.dtype, kind)
 
 
+@pytest.mark.parametrize("kind", ["average", "lp"])
+@pytest.mark.parametrize("case", [c for c in BLOCK_SUM_CASES if len(c.shape) > 3],
+                         ids=ids([c for c in BLOCK_SUM_CASES if len(c.shape) > 3]))
+def test_block_sums_in_bands_have_the_planes_bits(kind, case, monkeypatch):
+    """A plane cut into bands of its first axis's outputs (work items for idle threads:
+    averaging.block_bands) gives each window the bits of the whole plane's, every band's
+    blocks placed as the plane's; 2, 3 and 5 bands (more than some planes' outputs) against
+    one, and the oracle.  Values over 24 binades: sums grouped otherwise round otherwise."""
+    from poolfold.ops import averaging
+
+    x = case.data()
+    spread = 2.0 ** np.random.default_rng(case.seed).integers(-12, 12, x.shape)
+    with np.errstate(over="ignore"):  # float16: some infinities
+        x = (x.astype(np.float64) * spread).astype(x.dtype)
+    if kind == "lp":
+        case = Case(**{**case.__dict__, "count_include_pad": 0, "p": 1 + case.seed % 3})
+    results = {}
+    for bands in (1, 2, 3, 5):
+        ran = block_sum_calls(monkeypatch)
+        monkeypatch.setattr(averaging, "block_bands", lambda *args, bands=bands: bands)
+        results[bands] = pooled(kind, case, x)
+        assert ran, "the block sums did not run"
+    for bands, got in results.items():
+        assert got.tobytes() == results[1].tobytes(), bands
+    want, info = pooled(kind, case, x, by=oracle)
+    oracle.assert_within_bound(results[3], want, info, case.dtype, kind)
+
+
+def test_block_bands_give_idle_threads_work():
+    """Bands only where planes are fewer than threads, enough for every thread, each band at
+    least BAND_LEAST_SPANS windows' spans of outputs."""
+    from poolfold.ops import averaging
+    from poolfold.ops.max_pool import resolve_plan
+
+    spec = poolfold.schema.resolve("AveragePool", None)
+
+    def bands(shape, kernel, planes, threads, **kw):
+        plan = resolve_plan(spec, (1, 1) + shape, kernel, kw.get("strides"), kw.get("pads"),
+                            kw.get("dilations"), kw.get("auto_pad", "NOTSET"), 0)
+        return averaging.block_bands(plan, planes, threads)
+
+    assert bands((256, 256, 256), [7, 7, 7], 1, 2) == 2
+    assert bands((256, 256, 256), [7, 7, 7], 3, 8) == 3  # 9 items on 8 threads
+    assert bands((256, 256, 256), [7, 7, 7], 2, 2) == 1
+    assert bands((64, 64, 64), [63, 63, 63], 1, 4) == 1  # 64 outputs: not 4 spans of 63
+    assert bands((1024, 1024), [31, 31], 1, 16) == 8  # 1024 // (4 * 31)
+    assert bands((1024, 1024), [15, 15], 1, 16, dilations=[2, 1]) == 8  # span 29
+    assert bands((1024,), [63], 1, 16) == 1  # 1-D rows are items already
+
+
 # 1-D averages whose windows overlap enough go to the block sums, which sum the row by
 # doubling (ops/averaging.py, doubles_rows); the rest stay with the row sums.
 DOUBLED_ROW_CASES = [

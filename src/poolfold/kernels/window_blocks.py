@@ -607,6 +607,22 @@ def _segment(o_a, shift, out, k, s, d, starts):
 
 
 @uncounted_helper
+def _band(dims, band, bands):
+    """Band ``band`` of ``bands`` of a plane's first axis: its outputs ``[oa, ob)`` (about
+    equal shares), and the first axis as the band's own row sees it: the padding before its
+    first window's first tap (negative past the input's first row), the positions its
+    windows span, and how far into its blocks' pattern it starts (see :func:`block_offset`).
+    Its windows are the plane's, each summed as the whole plane sums it, bit for bit."""
+    out, k, s, d = dims[OUT, 0], dims[KERNEL, 0], dims[STRIDE, 0], dims[DILATION, 0]
+    share = (out + bands - 1) // bands
+    oa = min(out, band * share)
+    ob = min(out, oa + share)
+    length = (ob - oa - 1) * s + (k - 1) * d + 1 if ob > oa else 0
+    return (oa, ob, dims[PAD_BEGIN, 0] - oa * s, length,
+            (dims[OFFSET, 0] + oa * s) % (k * d))
+
+
+@uncounted_helper
 def _axis(dims, a):
     """Axis ``a``'s row of ``dims``: input and output sizes, kernel, stride, dilation, the
     padding before the input, the positions a padded row holds, whether by blocks, and
@@ -654,8 +670,8 @@ def _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, factors, mode, mark,
 
 
 @kernel(error_model="numpy")
-def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, patch, start,
-                  stop):
+def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, patch, bands,
+                  start, stop):
     """Pool 1-D rows ``[start, stop)`` of ``x`` (rows, input size) into ``y`` (rows, output
     size, Y's element type), a row at a time by doubling (else a vector's worth of rows at a
     time), staged with their padding a segment at a time: AVERAGE multiplies each window's
@@ -665,7 +681,8 @@ def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     are of ``acc``'s type.  A row of a group of rows with a sum that is not finite is marked
     in ``flagged``; with ``patch``, only the groups holding a marked row are summed, and
     only the averages Y holds as inf or NaN stored (a float64 redo of float32 sums: see the
-    module's docstring)."""
+    module's docstring).  ``bands`` is 1 (the 2-D and 3-D kernels' bands: a row is one
+    item)."""
     starts, segment = segments[STARTS], segments[POSITIONS]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
@@ -692,16 +709,19 @@ def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
 
 @uncounted_helper
 def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, mark, p, part,
-              row_sums, lanes, lane_sums, sums, pieces, patch):
-    """One plane of :func:`block_sums_2d` in the type of the buffers; whether a sum was not
-    finite."""
-    n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a, offset_a = _axis(dims, 0)
+              row_sums, lanes, lane_sums, sums, pieces, patch, band, bands):
+    """Band ``band`` of ``bands`` of one plane of :func:`block_sums_2d` (see :func:`_band`)
+    in the type of the buffers; whether a sum was not finite."""
+    n_a, out_a, k_a, s_a, d_a, _, _, run_a, _ = _axis(dims, 0)
     n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l, _ = _axis(dims, 1)
-    _rows_of_slice(row_sums, x_flat, x_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len_a,
+    oa, ob, pad_a, len_a, offset_a = _band(dims, band, bands)
+    if ob <= oa:
+        return False
+    _rows_of_slice(row_sums, x_flat, x_at, n_a, n_l, ob - oa, k_a, s_a, d_a, pad_a, len_a,
                    offset_a, run_a, pad_l, len_l, part, mark, p)
-    return _last_axis(y_flat, y_at, out_l, row_sums, 0, len_l, out_a, 0, out_l, k_l, s_l, d_l,
-                      run_l, starts, out_a * len_l + SLACK, segment, pieces, lanes,
-                      lane_sums, sums, factors[0], 0, factors[1], 0, mode, p, patch)
+    return _last_axis(y_flat, y_at + oa * out_l, out_l, row_sums, 0, len_l, ob - oa, 0, out_l,
+                      k_l, s_l, d_l, run_l, starts, (ob - oa) * len_l + SLACK, segment, pieces,
+                      lanes, lane_sums, sums, factors[0], oa, factors[1], 0, mode, p, patch)
 
 
 @njit
@@ -715,43 +735,48 @@ def _plane_buffers_2d(dims, starts, segment, levels, acc):
 
 
 @kernel(error_model="numpy")
-def block_sums_2d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, patch, start,
-                  stop):
-    """Pool 2-D planes ``[start, stop)`` of ``x`` (planes, input size) into ``y`` (planes,
-    output size): the first axis into rows at the last axis's padded pitch, then the last
+def block_sums_2d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, patch, bands,
+                  start, stop):
+    """Pool work items ``[start, stop)`` of ``x`` (planes, input size) into ``y`` (planes,
+    output size), ``bands`` items a plane (bands of its first axis's outputs: see
+    :func:`_band`): the first axis into rows at the last axis's padded pitch, then the last
     axis; AVERAGE multiplies each window's sum by ``factors[0, o0] * factors[1, o1]``.  See
-    :func:`block_sums_1d` for the rest (``flagged`` marks planes)."""
+    :func:`block_sums_1d` for the rest (``flagged`` marks items)."""
     starts, segment = segments[STARTS], segments[POSITIONS]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
     part, row_sums, lanes, lane_sums, sums, pieces = _plane_buffers_2d(
         dims, starts, segment, segments[LEVELS], acc)
-    for plane in range(start, stop):
-        if patch and flagged[plane] == 0:
+    for item in range(start, stop):
+        if patch and flagged[item] == 0:
             continue
+        plane = item // bands
         if _plane_2d(x_flat, plane * x.shape[1], y_flat, plane * y.shape[1], dims, starts,
                      segment, factors, mode, mark, p, part, row_sums, lanes, lane_sums, sums,
-                     pieces, patch):
-            flagged[plane] = 1
+                     pieces, patch, item % bands, bands):
+            flagged[item] = 1
 
 
 @uncounted_helper
 def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, mark, p, lead,
-              part, row_sums, sums0, lanes, lane_sums, sums, pieces, patch):
-    """One plane of :func:`block_sums_3d` in the type of the buffers; whether a sum was not
-    finite."""
-    n_0, out_0, k_0, s_0, d_0, pad_0, len_0, run_0, offset_0 = _axis(dims, 0)
+              part, row_sums, sums0, lanes, lane_sums, sums, pieces, patch, band, bands):
+    """Band ``band`` of ``bands`` of one plane of :func:`block_sums_3d` (see :func:`_band`)
+    in the type of the buffers; whether a sum was not finite."""
+    n_0, out_0, k_0, s_0, d_0, _, _, run_0, _ = _axis(dims, 0)
     n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a, offset_a = _axis(dims, 1)
     n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l, _ = _axis(dims, 2)
+    oa, ob, pad_0, len_0, offset_0 = _band(dims, band, bands)
+    if ob <= oa:
+        return False
     slice_in = n_a * n_l
-    _leading_axis(sums0, 0, slice_in, x_flat, x_at, n_0, slice_in, slice_in, out_0, k_0, s_0,
-                  d_0, pad_0, len_0, offset_0, run_0, part, mark, p)
+    _leading_axis(sums0, 0, slice_in, x_flat, x_at, n_0, slice_in, slice_in, ob - oa, k_0,
+                  s_0, d_0, pad_0, len_0, offset_0, run_0, part, mark, p)
     flagged = False
-    for o0 in range(out_0):
+    for o0 in range(oa, ob):
         for o in range(out_a):
             lead[o] = factors[0, o0] * factors[1, o]
-        _rows_of_slice(row_sums, sums0, o0 * slice_in, n_a, n_l, out_a, k_a, s_a, d_a, pad_a,
-                       len_a, offset_a, run_a, pad_l, len_l, part, _SUMS, p)
+        _rows_of_slice(row_sums, sums0, (o0 - oa) * slice_in, n_a, n_l, out_a, k_a, s_a, d_a,
+                       pad_a, len_a, offset_a, run_a, pad_l, len_l, part, _SUMS, p)
         flagged |= _last_axis(y_flat, y_at + o0 * out_a * out_l, out_l, row_sums, 0, len_l,
                               out_a, 0, out_l, k_l, s_l, d_l, run_l, starts,
                               out_a * len_l + SLACK, segment, pieces, lanes, lane_sums,
@@ -772,25 +797,27 @@ def _plane_buffers_3d(dims, starts, segment, levels, acc):
 
 
 @kernel(error_model="numpy")
-def block_sums_3d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, patch, start,
-                  stop):
-    """Pool 3-D planes ``[start, stop)`` of ``x`` into ``y``: the first axis into a plane of
+def block_sums_3d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, patch, bands,
+                  start, stop):
+    """Pool work items ``[start, stop)`` of ``x`` into ``y``, ``bands`` items a 3-D plane
+    (bands of its first axis's outputs: see :func:`_band`): the first axis into a plane of
     its sums, then each of its slices as :func:`block_sums_2d` pools a plane of terms;
     AVERAGE multiplies each window's sum by the product of its axes' ``factors[axis, o]``.
-    See :func:`block_sums_1d` for the rest (``flagged`` marks planes)."""
+    See :func:`block_sums_1d` for the rest (``flagged`` marks items)."""
     starts, segment = segments[STARTS], segments[POSITIONS]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
     lead = np.empty(dims[OUT, 1], np.float64)
     part, row_sums, sums0, lanes, lane_sums, sums, pieces = _plane_buffers_3d(
         dims, starts, segment, segments[LEVELS], acc)
-    for plane in range(start, stop):
-        if patch and flagged[plane] == 0:
+    for item in range(start, stop):
+        if patch and flagged[item] == 0:
             continue
+        plane = item // bands
         if _plane_3d(x_flat, plane * x.shape[1], y_flat, plane * y.shape[1], dims, starts,
                      segment, factors, mode, mark, p, lead, part, row_sums, sums0, lanes,
-                     lane_sums, sums, pieces, patch):
-            flagged[plane] = 1
+                     lane_sums, sums, pieces, patch, item % bands, bands):
+            flagged[item] = 1
 
 
 # The term marker of sums already taken (window_sum's VALUE: each element as it is).

@@ -247,6 +247,24 @@ def takes_block_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float,
 BLOCK_MIN_TAPS = 128
 
 
+# A band of a plane's first axis (block_bands) spans at least this many of its windows'
+# spans: each band reads its windows' reach past its share again.
+BAND_LEAST_SPANS = 4
+
+
+def block_bands(plan: WindowPlan, planes: int, threads: int) -> int:
+    """Work items a plane the block sums cut it into, bands of its first axis's outputs
+    (window_blocks._band), where fewer planes than threads would leave threads idle (a
+    single 3-D volume was one work item): as many as make an item for every thread, each
+    band at least BAND_LEAST_SPANS windows' spans long.  Each window is summed as in the
+    whole plane, bit for bit, so the bands may depend on the size and the threads."""
+    if plan.rank < 2 or planes >= threads:
+        return 1
+    span = (plan.kernel[0] - 1) * plan.dilations[0] + 1
+    longest = plan.out_shape[0] * plan.strides[0] // (BAND_LEAST_SPANS * span)
+    return int(max(1, min(-(-threads // planes), longest, plan.out_shape[0])))
+
+
 def doubles_rows(plan: WindowPlan, kind: str) -> bool:
     """Whether a 1-D average the row sums could take goes to the block sums, which sum the
     row by doubling: windows of k >= 2s taps at stride 1 or from stride 5 on (the row sums'
@@ -641,14 +659,16 @@ class _WindowsLaunch(_Launch):
             segments = block_sum_segments(plan, running)
             _check_block_scratch(label, plan, running, segments)
             self.kernel = BLOCK_SUM_KERNELS[plan.rank]
-            self.count, self.flat = layout.outer, False
+            bands = block_bands(plan, layout.outer, threads)
+            self.count, self.flat = layout.outer * bands, False
             # averages sum in float32, a plane whose float32 sum is not finite again in
             # float64 (redo); LpPool's terms |x|^p would lose their small values to float32's
             # range: float64 throughout
             shared = (block_sum_dims(plan, running, first_outputs), segments,
                       tables.axis_inverse, mode, term_marker(transform), float(p))
-            self.arguments = (*shared, _FLOAT32_SUMS if average else _FLOAT64_SUMS, False)
-            self.redo_arguments = (*shared, _FLOAT64_SUMS, True) if average else None
+            self.arguments = (*shared, _FLOAT32_SUMS if average else _FLOAT64_SUMS, False,
+                              bands)
+            self.redo_arguments = (*shared, _FLOAT64_SUMS, True, bands) if average else None
             self.flags = True
             self.parts = split_parts(self.count, work, threads)
             return
