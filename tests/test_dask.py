@@ -434,14 +434,21 @@ def test_distributed_col2im(client, dtype):
     assert_same(client.compute(got, sync=True), poolfold.col2im(x, image, block, **kw))
 
 
-def test_bench_out_of_core_small():
+@pytest.mark.parametrize("op", ["max", "average"])
+def test_bench_out_of_core_small(op):
+    """The zarr -> zarr run on a small volume: its spot checks pass (the box filter's on
+    chunks in the volume's corners and inside it, its input slices with the windows' reach),
+    and its output chunks are the input's (the box filter's leading axes by blocks
+    chunked)."""
     from poolfold.bench import dask as bench
 
-    results = bench.out_of_core(size=32, chunk=16, memory_limit="1GiB", spot_checks=2,
-                                tick=lambda message: None)
-    assert [c["equal"] for c in results["spot_checks"]] == [True, True]
+    results = bench.out_of_core(size=48, chunk=16, memory_limit="1GiB", spot_checks=3,
+                                tick=lambda message: None, op=op)
+    assert [c["equal"] for c in results["spot_checks"]] == [True, True, True]
     assert results["pool_s"] > 0 and len(results["worker_peak_rss_gib"]) == 2
-    assert "spot check: 2 of 2" in bench.format_results({"out_of_core": results})
+    side = 16 if op == "average" else 8
+    assert results["largest_output_chunk_mib"] * 2**20 == side**3 * (4 if op == "average" else 8)
+    assert "spot check: 3 of 3" in bench.format_results({"out_of_core": results})
 
 
 def test_max_unpool_inferred_shape_indices():

@@ -74,7 +74,8 @@ class Section:
     module: str
     help: str
     # the module has ``markdown(result, meta, command) -> str`` and ``glance(result, meta,
-    # command)``, its rows of the glance table
+    # command)``, its rows of the glance table; its markers are ``bench:NAME``, or
+    # ``bench:`` + its ``section_name(result)`` where it has one
     markdown: bool = False
 
 
@@ -122,7 +123,9 @@ SECTIONS: tuple[Section, ...] = (
             markdown=True),
     Section("dask", "poolfold.bench.dask",
             "also time poolfold.dask: in-memory comparison and an out-of-core zarr run "
-            "(needs poolfold[dask]; the default out-of-core volume is 32 GiB on disk)"),
+            "(needs poolfold[dask]; the default out-of-core volume is 32 GiB on disk; "
+            "--markdown writes its figures between <!-- bench:dask-OP --> markers)",
+            markdown=True),
 )
 
 
@@ -330,8 +333,9 @@ def command(args) -> int:
                     meta, command_line))
         for section in sections:
             if section.markdown:
-                blocks[section.name] = modules[section.name].markdown(
-                    measured[section.name], meta, command_line)
+                module, result = modules[section.name], measured[section.name]
+                name = getattr(module, "section_name", lambda _: section.name)(result)
+                blocks[name] = module.markdown(result, meta, command_line)
                 glance += modules[section.name].glance(measured[section.name], meta,
                                                        command_line)
         if any(glance):
