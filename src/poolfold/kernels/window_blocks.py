@@ -54,7 +54,8 @@ when a call first needs it).  So each average depends on its window's values alo
 whichever planes are pooled together.  A NaN is stored as one quiet NaN: LLVM may take a
 sum's operands in either order, and which of two NaNs an x86 sum keeps depends on it.
 
-**A plane** (each work item is one plane; 1-D rows a group of planes at a time):
+**A plane** (each work item is one plane, or a band of its first axis's outputs where
+planes are fewer than threads: :func:`_band`; 1-D rows a group of planes at a time):
 
 - rank 1: the rows' terms staged with their padding, a segment at a time (window by
   window, a segment of a vector's worth of rows), then the last axis;
