@@ -113,6 +113,9 @@ def padded_length(out: int, k: int, s: int, d: int) -> int:
     return (out - 1) * s + (k - 1) * d + 1
 
 
+_padded_length = njit(padded_length)
+
+
 def block_offset(first_output: int, k: int, s: int, d: int) -> int:
     """Where a leading axis's blocks start in a row whose first window is the whole row's
     window ``first_output``: the positions of its first block before its first position.
@@ -618,7 +621,7 @@ def _band(dims, band, bands):
     share = (out + bands - 1) // bands
     oa = min(out, band * share)
     ob = min(out, oa + share)
-    length = (ob - oa - 1) * s + (k - 1) * d + 1 if ob > oa else 0
+    length = _padded_length(ob - oa, k, s, d) if ob > oa else 0
     return (oa, ob, dims[PAD_BEGIN, 0] - oa * s, length,
             (dims[OFFSET, 0] + oa * s) % (k * d))
 
