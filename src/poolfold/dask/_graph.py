@@ -103,9 +103,9 @@ class Parts:
     neighbouring chunk, not on the whole chunk, and a chunk can be let go once its parts are
     cut.  (A slab of 256^3 whose windows reach 3 elements into its 26 neighbours made a
     worker fetch and hold 27 chunks of 64 MiB, 1.7 GiB, and workers of 4 GiB died.)  One
-    task a chunk, not one a part: 26 tasks a block's neighbours took 57% longer on dask's
-    threads (7x7x7 over 512^3 in chunks of 128^3).  Their tasks form a layer of their own,
-    ``name``, after ``array``'s."""
+    task a chunk, not one a part: on dask's threads, 3x3x3 MaxPool over 512^3 in chunks of
+    128^3 took 0.54-0.57 s without parts, 0.57 with a task a chunk, 0.67 with a task a part
+    (26 a block).  Their tasks form a layer of their own, ``name``, after ``array``'s."""
 
     def __init__(self, array: da.Array, prefix: str, token):
         self.chunks = array.chunks
