@@ -416,15 +416,22 @@ for _i, _c in enumerate(BLOCK_SUM_CASES):
     _c.seed = 5000 + _i
 
 
-def block_sum_calls(monkeypatch) -> list:
-    """The ``dims`` table of each block-sums kernel call from now on (fresh launches)."""
+def block_sum_calls(monkeypatch, arguments: list | None = None) -> list:
+    """The ``dims`` table of each block-sums kernel call from now on (fresh launches), and
+    into ``arguments`` each call's arguments."""
     from poolfold.ops import averaging
 
     ran = []
     kernels = averaging.BLOCK_SUM_KERNELS
+
+    def record(args):
+        ran.append(args[3])
+        if arguments is not None:
+            arguments.append(args)
+
     fresh_launches(monkeypatch)
     monkeypatch.setattr(averaging, "BLOCK_SUM_KERNELS", {
-        rank: (lambda *args, kernel=kernel: ran.append(args[3]) or kernel(*args))
+        rank: (lambda *args, kernel=kernel: record(args) or kernel(*args))
         for rank, kernel in kernels.items()})
     return ran
 
@@ -449,9 +456,11 @@ def test_block_sums_match_oracle(kind, case, monkeypatch):
                          ids=ids([c for c in BLOCK_SUM_CASES if len(c.shape) > 3]))
 def test_block_sums_in_bands_have_the_planes_bits(kind, case, monkeypatch):
     """A plane cut into bands of its first axis's outputs (work items for idle threads:
-    averaging.block_bands) gives each window the bits of the whole plane's, every band's
-    blocks placed as the plane's; 2, 3 and 5 bands (more than some planes' outputs) against
-    one, and the oracle.  Values over 24 binades: sums grouped otherwise round otherwise."""
+    averaging.block_bands), and a band into passes (averaging.block_pass_outputs: bounded
+    scratch), gives each window the bits of the whole plane's, every band's and pass's
+    blocks placed as the plane's; 2, 3 and 5 bands (more than some planes' outputs), passes
+    of 1, 2 and 3 outputs, against one band in one pass, and the oracle.  Values over 24
+    binades: sums grouped otherwise round otherwise."""
     from poolfold.ops import averaging
 
     x = case.data()
@@ -460,16 +469,23 @@ def test_block_sums_in_bands_have_the_planes_bits(kind, case, monkeypatch):
         x = (x.astype(np.float64) * spread).astype(x.dtype)
     if kind == "lp":
         case = Case(**{**case.__dict__, "count_include_pad": 0, "p": 1 + case.seed % 3})
+    whole = 1 << 30  # outputs a pass: the kernels' scratch is sized by it, so capped below
     results = {}
-    for bands in (1, 2, 3, 5):
-        ran = block_sum_calls(monkeypatch)
+    for bands, at_once in ((1, whole), (2, whole), (3, whole), (5, whole), (1, 1), (1, 2),
+                           (2, 3), (3, 1)):
+        arguments = []
+        ran = block_sum_calls(monkeypatch, arguments)
         monkeypatch.setattr(averaging, "block_bands", lambda *args, bands=bands: bands)
-        results[bands] = pooled(kind, case, x)
+        monkeypatch.setattr(averaging, "block_pass_outputs",
+                            lambda plan, size, at_once=at_once: min(at_once, plan.out_shape[0]))
+        results[bands, at_once] = got = pooled(kind, case, x)
         assert ran, "the block sums did not run"
-    for bands, got in results.items():
-        assert got.tobytes() == results[1].tobytes(), bands
+        assert arguments[0][-3:-2] == (min(at_once, got.shape[2]),), "not the passes asked"
+    for split, got in results.items():
+        assert got.tobytes() == results[1, whole].tobytes(), split
     want, info = pooled(kind, case, x, by=oracle)
-    oracle.assert_within_bound(results[3], want, info, case.dtype, kind)
+    oracle.assert_within_bound(results[3, whole], want, info, case.dtype, kind)
+    oracle.assert_within_bound(results[2, 3], want, info, case.dtype, kind)
 
 
 def test_block_bands_give_idle_threads_work():
@@ -492,6 +508,32 @@ def test_block_bands_give_idle_threads_work():
     assert bands((1024, 1024), [31, 31], 1, 16) == 8  # 1024 // (4 * 31)
     assert bands((1024, 1024), [15, 15], 1, 16, dilations=[2, 1]) == 8  # span 29
     assert bands((1024,), [63], 1, 16) == 1  # 1-D rows are items already
+
+
+def test_block_passes_keep_the_first_axis_sums_small():
+    """A pass takes as many first-axis outputs as keep their sums within PASS_BYTES (512
+    KiB), at least BAND_LEAST_SPANS windows' spans, at most the axis's outputs."""
+    from poolfold.ops import averaging
+    from poolfold.ops.max_pool import resolve_plan
+
+    assert averaging.PASS_BYTES == 512 * 1024 and averaging.BAND_LEAST_SPANS == 4
+    spec = poolfold.schema.resolve("AveragePool", None)
+
+    def at_once(shape, kernel, itemsize=4, **kw):
+        plan = resolve_plan(spec, (1, 1) + shape, kernel, kw.get("strides"), None,
+                            kw.get("dilations"), "SAME_UPPER", 0)
+        return averaging.block_pass_outputs(plan, itemsize)
+
+    assert at_once((1024, 1024), [15, 15]) == 524288 // ((1024 + 14) * 4)  # 126 rows
+    assert at_once((1024, 1024), [15, 15], itemsize=8) == 524288 // ((1024 + 14) * 8)
+    assert at_once((1024, 1024), [63, 63]) == 4 * 63  # the least: four spans
+    assert at_once((1024, 1024), [15, 15], dilations=[3, 1]) == 4 * 43
+    assert at_once((1024, 1024), [16, 16], strides=[4, 4]) == 524288 // (1036 * 4)
+    assert at_once((1024, 1024), [64, 64], strides=[2, 2]) == 4 * 64 // 2  # not 120
+    assert at_once((256, 256, 256), [7, 7, 7]) == 28  # 7 MiB, not 64
+    assert at_once((64, 64, 64), [7, 7, 7]) == 32  # 16 KiB slices
+    assert at_once((64, 64, 64), [63, 63, 63]) == 64  # the axis's outputs
+    assert at_once((1024,), [63]) == 1  # 1-D rows are items
 
 
 # 1-D averages whose windows overlap enough go to the block sums, which sum the row by

@@ -98,8 +98,8 @@ PROPERTY_TESTS = [
     "tests/test_average_family.py::test_short_1d_windows_are_summed_by_doubling",
     "tests/test_average_family.py::test_block_sums_of_a_row_do_not_depend_on_its_segments",
     "tests/test_average_family.py::test_block_sums_past_float32_are_taken_again_in_float64",
-    # bands of a plane, and poolfold.dask's slabs: block sums whose blocks start before a
-    # row's first position
+    # bands of a plane, passes of a band, and poolfold.dask's slabs: block sums whose
+    # blocks start before a row's first position
     "tests/test_average_family.py::test_block_sums_in_bands_have_the_planes_bits[3d-phases-"
     "x[1, 1, 9, 10, 21]-k[5, 7, 9]-s[2, 2, 1]-d[2, 1, 2]-ceil-bfloat16-average]",
     "tests/test_average_family.py::test_block_sums_in_bands_have_the_planes_bits[2d-blocks-"

@@ -61,8 +61,14 @@ planes are fewer than threads: :func:`_band`; 1-D rows a group of planes at a ti
   window, a segment of a vector's worth of rows), then the last axis;
 - rank 2: the first axis from X into rows of its sums laid out at the last axis's padded
   pitch (zeros in the padding), then the last axis over those rows;
-- rank 3: the first axis from X into a plane of its sums, then each of its slices as a 2-D
-  plane of terms.
+- rank 3: the first axis from X into a stack of slices of its sums, then each slice as a
+  2-D plane of terms.
+
+The first axis's outputs of a work item are taken a pass at a time (as many as the op layer's
+``at_once``: :func:`poolfold.ops.averaging.block_pass_outputs`), each pass's windows summed
+as the whole plane sums them (:func:`_first_axis_from`), so that the first axis's sums of a
+large plane stay a few hundred KiB: a whole plane's, allocated by every kernel call, took
+fresh pages from the system each time.
 
 The kernels trust their tables: :mod:`poolfold.ops.averaging` builds and bounds them.
 """
@@ -409,8 +415,7 @@ def _running_columns(dst, dst_at, dst_pitch, src, src_at, n, width, cw, out, k, 
             reached = 0  # windows starting past the block's first position: [t_lo, reached)
             t_lo = span
             for t in range(1, span):
-                j = phase + (q + t) * d - offset
-                if j >= 0 and j % s == 0 and j // s < out:
+                if _window_at(phase + (q + t) * d - offset, s, out) >= 0:
                     t_lo = min(t_lo, t)
                     reached = t + 1
             lo, hi = max(first - q, 0), min(last - q, span - 1)  # its inputs' places
@@ -424,10 +429,10 @@ def _running_columns(dst, dst_at, dst_pitch, src, src_at, n, width, cw, out, k, 
                               mark, p)
             held = 0  # the positions of the next block's prefix so far
             for t in range(0, max(1, reached)):
-                j = phase + (q + t) * d - offset
-                if j < 0 or j % s != 0 or j // s >= out:
+                o = _window_at(phase + (q + t) * d - offset, s, out)
+                if o < 0:
                     continue  # no window starts here
-                to = u(dst_at + j // s * dst_pitch)
+                to = u(dst_at + o * dst_pitch)
                 if t == 0:
                     _copy(dst, to, partial, whole, cw)
                     continue
@@ -441,6 +446,19 @@ def _running_columns(dst, dst_at, dst_pitch, src, src_at, n, width, cw, out, k, 
                 _prefix(partial, nxt, src, src_at, after, held, min(k, chain - after), phase,
                         d, pad, n, width, cw, mark, p)
                 nxt, whole = whole, nxt
+
+
+@njit(inline="always")
+def _window_at(j, s, out):
+    """The output whose window starts at position ``j`` of a row (windows every ``s``
+    positions from 0, ``out`` of them), or -1.  Stride 1 without a division: a 64-bit
+    division takes tens of cycles, and a block of k positions asks this of each of them."""
+    if j < 0:
+        return -1
+    if s == 1:
+        return j if j < out else -1
+    o = j // s
+    return o if o * s == j and o < out else -1
 
 
 @njit(inline="always")
@@ -613,17 +631,32 @@ def _segment(o_a, shift, out, k, s, d, starts):
 @uncounted_helper
 def _band(dims, band, bands):
     """Band ``band`` of ``bands`` of a plane's first axis: its outputs ``[oa, ob)`` (about
-    equal shares), and the first axis as the band's own row sees it: the padding before its
-    first window's first tap (negative past the input's first row), the positions its
-    windows span, and how far into its blocks' pattern it starts (see :func:`block_offset`).
-    Its windows are the plane's, each summed as the whole plane sums it, bit for bit."""
-    out, k, s, d = dims[OUT, 0], dims[KERNEL, 0], dims[STRIDE, 0], dims[DILATION, 0]
+    equal shares)."""
+    out = dims[OUT, 0]
     share = (out + bands - 1) // bands
     oa = min(out, band * share)
-    ob = min(out, oa + share)
+    return oa, min(out, oa + share)
+
+
+@uncounted_helper
+def _pass_step(oa, ob, at_once):
+    """The outputs of each pass over a band's first-axis outputs ``[oa, ob)``: at most
+    ``at_once``, in passes of about equal length (a short last pass would read its windows'
+    reach past it for a few outputs)."""
+    passes = max(1, (ob - oa + at_once - 1) // at_once)
+    return max(1, (ob - oa + passes - 1) // passes)
+
+
+@uncounted_helper
+def _first_axis_from(dims, oa, ob):
+    """The first axis as the row of its outputs ``[oa, ob)`` (a band's, or a pass's of it)
+    sees it: the padding before its first window's first tap (negative past the input's
+    first row), the positions its windows span, and how far into its blocks' pattern it
+    starts (see :func:`block_offset`).  Its windows are the plane's, each summed as the
+    whole plane sums it, bit for bit."""
+    k, s, d = dims[KERNEL, 0], dims[STRIDE, 0], dims[DILATION, 0]
     length = _padded_length(ob - oa, k, s, d) if ob > oa else 0
-    return (oa, ob, dims[PAD_BEGIN, 0] - oa * s, length,
-            (dims[OFFSET, 0] + oa * s) % (k * d))
+    return dims[PAD_BEGIN, 0] - oa * s, length, (dims[OFFSET, 0] + oa * s) % (k * d)
 
 
 @uncounted_helper
@@ -675,7 +708,7 @@ def _rows_1d(x_flat, y_flat, r0, r1, dims, starts, segment, factors, mode, mark,
 
 @kernel(error_model="numpy")
 def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, patch, bands,
-                  start, stop):
+                  at_once, start, stop):
     """Pool 1-D rows ``[start, stop)`` of ``x`` (rows, input size) into ``y`` (rows, output
     size, Y's element type), a row at a time by doubling (else a vector's worth of rows at a
     time), staged with their padding a segment at a time: AVERAGE multiplies each window's
@@ -685,8 +718,8 @@ def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     are of ``acc``'s type.  A row of a group of rows with a sum that is not finite is marked
     in ``flagged``; with ``patch``, only the groups holding a marked row are summed, and
     only the averages Y holds as inf or NaN stored (a float64 redo of float32 sums: see the
-    module's docstring).  ``bands`` is 1 (the 2-D and 3-D kernels' bands: a row is one
-    item)."""
+    module's docstring).  ``bands`` and ``at_once`` are 1 (the 2-D and 3-D kernels' bands
+    and passes: a row is one item)."""
     starts, segment = segments[STARTS], segments[POSITIONS]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
@@ -713,88 +746,99 @@ def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
 
 @uncounted_helper
 def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, mark, p, part,
-              row_sums, lanes, lane_sums, sums, pieces, patch, band, bands):
-    """Band ``band`` of ``bands`` of one plane of :func:`block_sums_2d` (see :func:`_band`)
-    in the type of the buffers; whether a sum was not finite."""
+              row_sums, lanes, lane_sums, sums, pieces, patch, band, bands, at_once):
+    """Band ``band`` of ``bands`` of one plane of :func:`block_sums_2d` (see :func:`_band`),
+    ``at_once`` of its first axis's outputs a pass, in the type of the buffers; whether a
+    sum was not finite."""
     n_a, out_a, k_a, s_a, d_a, _, _, run_a, _ = _axis(dims, 0)
     n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l, _ = _axis(dims, 1)
-    oa, ob, pad_a, len_a, offset_a = _band(dims, band, bands)
-    if ob <= oa:
-        return False
-    _rows_of_slice(row_sums, x_flat, x_at, n_a, n_l, ob - oa, k_a, s_a, d_a, pad_a, len_a,
-                   offset_a, run_a, pad_l, len_l, part, mark, p)
-    return _last_axis(y_flat, y_at + oa * out_l, out_l, row_sums, 0, len_l, ob - oa, 0, out_l,
-                      k_l, s_l, d_l, run_l, starts, (ob - oa) * len_l + SLACK, segment, pieces,
-                      lanes, lane_sums, sums, factors[0], oa, factors[1], 0, mode, p, patch)
+    oa, ob = _band(dims, band, bands)
+    step = _pass_step(oa, ob, at_once)
+    flagged = False
+    for pa in range(oa, ob, step):
+        pb = min(ob, pa + step)
+        pad_a, len_a, offset_a = _first_axis_from(dims, pa, pb)
+        _rows_of_slice(row_sums, x_flat, x_at, n_a, n_l, pb - pa, k_a, s_a, d_a, pad_a, len_a,
+                       offset_a, run_a, pad_l, len_l, part, mark, p)
+        flagged |= _last_axis(y_flat, y_at + pa * out_l, out_l, row_sums, 0, len_l, pb - pa, 0,
+                              out_l, k_l, s_l, d_l, run_l, starts, (pb - pa) * len_l + SLACK,
+                              segment, pieces, lanes, lane_sums, sums, factors[0], pa,
+                              factors[1], 0, mode, p, patch)
+    return flagged
 
 
 @njit
-def _plane_buffers_2d(dims, starts, segment, levels, acc):
-    """:func:`_plane_2d`'s scratch of ``acc``'s type (the row sums, then the doubling's
+def _plane_buffers_2d(dims, starts, segment, levels, acc, at_once):
+    """:func:`_plane_2d`'s scratch of ``acc``'s type (a pass's row sums, then the doubling's
     levels)."""
     t = acc.dtype
-    rows = dims[OUT, 0] * dims[PADDED, 1] + SLACK + _level_room(levels, segment)
+    rows = at_once * dims[PADDED, 1] + SLACK + _level_room(levels, segment)
     return (np.empty(suffix_positions(dims, 1, acc.itemsize), t), np.empty(rows, t),
             *_lane_buffers(starts, segment, dims[RUNNING, 1] == 1, acc))
 
 
 @kernel(error_model="numpy")
 def block_sums_2d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, patch, bands,
-                  start, stop):
+                  at_once, start, stop):
     """Pool work items ``[start, stop)`` of ``x`` (planes, input size) into ``y`` (planes,
     output size), ``bands`` items a plane (bands of its first axis's outputs: see
-    :func:`_band`): the first axis into rows at the last axis's padded pitch, then the last
-    axis; AVERAGE multiplies each window's sum by ``factors[0, o0] * factors[1, o1]``.  See
-    :func:`block_sums_1d` for the rest (``flagged`` marks items)."""
+    :func:`_band`), ``at_once`` of those outputs a pass: the first axis into rows at the
+    last axis's padded pitch, then the last axis; AVERAGE multiplies each window's sum by
+    ``factors[0, o0] * factors[1, o1]``.  See :func:`block_sums_1d` for the rest
+    (``flagged`` marks items)."""
     starts, segment = segments[STARTS], segments[POSITIONS]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
     part, row_sums, lanes, lane_sums, sums, pieces = _plane_buffers_2d(
-        dims, starts, segment, segments[LEVELS], acc)
+        dims, starts, segment, segments[LEVELS], acc, at_once)
     for item in range(start, stop):
         if patch and flagged[item] == 0:
             continue
         plane = item // bands
         if _plane_2d(x_flat, plane * x.shape[1], y_flat, plane * y.shape[1], dims, starts,
                      segment, factors, mode, mark, p, part, row_sums, lanes, lane_sums, sums,
-                     pieces, patch, item % bands, bands):
+                     pieces, patch, item % bands, bands, at_once):
             flagged[item] = 1
 
 
 @uncounted_helper
 def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, mark, p, lead,
-              part, row_sums, sums0, lanes, lane_sums, sums, pieces, patch, band, bands):
-    """Band ``band`` of ``bands`` of one plane of :func:`block_sums_3d` (see :func:`_band`)
-    in the type of the buffers; whether a sum was not finite."""
+              part, row_sums, sums0, lanes, lane_sums, sums, pieces, patch, band, bands,
+              at_once):
+    """Band ``band`` of ``bands`` of one plane of :func:`block_sums_3d` (see :func:`_band`),
+    ``at_once`` of its first axis's outputs a pass, in the type of the buffers; whether a
+    sum was not finite."""
     n_0, out_0, k_0, s_0, d_0, _, _, run_0, _ = _axis(dims, 0)
     n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a, offset_a = _axis(dims, 1)
     n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l, _ = _axis(dims, 2)
-    oa, ob, pad_0, len_0, offset_0 = _band(dims, band, bands)
-    if ob <= oa:
-        return False
+    oa, ob = _band(dims, band, bands)
+    step = _pass_step(oa, ob, at_once)
     slice_in = n_a * n_l
-    _leading_axis(sums0, 0, slice_in, x_flat, x_at, n_0, slice_in, slice_in, ob - oa, k_0,
-                  s_0, d_0, pad_0, len_0, offset_0, run_0, part, mark, p)
     flagged = False
-    for o0 in range(oa, ob):
-        for o in range(out_a):
-            lead[o] = factors[0, o0] * factors[1, o]
-        _rows_of_slice(row_sums, sums0, (o0 - oa) * slice_in, n_a, n_l, out_a, k_a, s_a, d_a,
-                       pad_a, len_a, offset_a, run_a, pad_l, len_l, part, _SUMS, p)
-        flagged |= _last_axis(y_flat, y_at + o0 * out_a * out_l, out_l, row_sums, 0, len_l,
-                              out_a, 0, out_l, k_l, s_l, d_l, run_l, starts,
-                              out_a * len_l + SLACK, segment, pieces, lanes, lane_sums,
-                              sums, lead, 0, factors[2], 0, mode, p, patch)
+    for pa in range(oa, ob, step):
+        pb = min(ob, pa + step)
+        pad_0, len_0, offset_0 = _first_axis_from(dims, pa, pb)
+        _leading_axis(sums0, 0, slice_in, x_flat, x_at, n_0, slice_in, slice_in, pb - pa,
+                      k_0, s_0, d_0, pad_0, len_0, offset_0, run_0, part, mark, p)
+        for o0 in range(pa, pb):
+            for o in range(out_a):
+                lead[o] = factors[0, o0] * factors[1, o]
+            _rows_of_slice(row_sums, sums0, (o0 - pa) * slice_in, n_a, n_l, out_a, k_a, s_a,
+                           d_a, pad_a, len_a, offset_a, run_a, pad_l, len_l, part, _SUMS, p)
+            flagged |= _last_axis(y_flat, y_at + o0 * out_a * out_l, out_l, row_sums, 0,
+                                  len_l, out_a, 0, out_l, k_l, s_l, d_l, run_l, starts,
+                                  out_a * len_l + SLACK, segment, pieces, lanes, lane_sums,
+                                  sums, lead, 0, factors[2], 0, mode, p, patch)
     return flagged
 
 
 @njit
-def _plane_buffers_3d(dims, starts, segment, levels, acc):
+def _plane_buffers_3d(dims, starts, segment, levels, acc, at_once):
     """:func:`_plane_3d`'s scratch of ``acc``'s type (the row sums then the doubling's
-    levels, the first axis's sums)."""
+    levels, a pass's first-axis sums)."""
     t = acc.dtype
     rows = dims[OUT, 1] * dims[PADDED, 2] + SLACK + _level_room(levels, segment)
-    sums0 = dims[OUT, 0] * dims[N, 1] * dims[N, 2]
+    sums0 = at_once * dims[N, 1] * dims[N, 2]
     return (np.empty(suffix_positions(dims, 2, acc.itemsize), t), np.empty(rows, t),
             np.empty(sums0, t),
             *_lane_buffers(starts, segment, dims[RUNNING, 2] == 1, acc))
@@ -802,10 +846,11 @@ def _plane_buffers_3d(dims, starts, segment, levels, acc):
 
 @kernel(error_model="numpy")
 def block_sums_3d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, patch, bands,
-                  start, stop):
+                  at_once, start, stop):
     """Pool work items ``[start, stop)`` of ``x`` into ``y``, ``bands`` items a 3-D plane
-    (bands of its first axis's outputs: see :func:`_band`): the first axis into a plane of
-    its sums, then each of its slices as :func:`block_sums_2d` pools a plane of terms;
+    (bands of its first axis's outputs: see :func:`_band`), ``at_once`` of those outputs a
+    pass: the first axis into a stack of slices of its sums, then each slice as
+    :func:`block_sums_2d` pools a plane of terms;
     AVERAGE multiplies each window's sum by the product of its axes' ``factors[axis, o]``.
     See :func:`block_sums_1d` for the rest (``flagged`` marks items)."""
     starts, segment = segments[STARTS], segments[POSITIONS]
@@ -813,14 +858,14 @@ def block_sums_3d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     y_flat = y.reshape(y.size)
     lead = np.empty(dims[OUT, 1], np.float64)
     part, row_sums, sums0, lanes, lane_sums, sums, pieces = _plane_buffers_3d(
-        dims, starts, segment, segments[LEVELS], acc)
+        dims, starts, segment, segments[LEVELS], acc, at_once)
     for item in range(start, stop):
         if patch and flagged[item] == 0:
             continue
         plane = item // bands
         if _plane_3d(x_flat, plane * x.shape[1], y_flat, plane * y.shape[1], dims, starts,
                      segment, factors, mode, mark, p, lead, part, row_sums, sums0, lanes,
-                     lane_sums, sums, pieces, patch, item % bands, bands):
+                     lane_sums, sums, pieces, patch, item % bands, bands, at_once):
             flagged[item] = 1
 
 

@@ -265,6 +265,33 @@ def block_bands(plan: WindowPlan, planes: int, threads: int) -> int:
     return int(max(1, min(-(-threads // planes), longest, plan.out_shape[0])))
 
 
+# A pass of the block sums over a work item's first-axis outputs (window_blocks: the first
+# axis's sums of a pass, a 2-D pass's rows or a 3-D pass's slices) keeps that scratch within
+# this many bytes, where its windows allow: the second-level cache of most x86 cores.
+PASS_BYTES = 1 << 19
+
+
+def block_pass_outputs(plan: WindowPlan, acc_itemsize: int) -> int:
+    """The first-axis outputs a pass of the block sums takes at once (window_blocks'
+    ``at_once``): as many as keep the first axis's sums within PASS_BYTES, but at least
+    BAND_LEAST_SPANS windows' spans (each pass reads its windows' reach past it again, as
+    a band does), and at most the axis's outputs.  A whole plane's sums at once were
+    allocated afresh by every kernel call: 7x7x7 over (1,1,256,256,256) on two threads
+    faulted in 17 thousand pages a call, 59 ms of system time in a 59 ms call.  Each window
+    is summed as in the whole plane, bit for bit, so the passes may depend on the size."""
+    if plan.rank < 2:
+        return 1
+    if plan.rank == 2:
+        last = window_blocks.padded_length(plan.out_shape[1], plan.kernel[1], plan.strides[1],
+                                           plan.dilations[1])
+        per_output = last * acc_itemsize
+    else:
+        per_output = plan.in_shape[1] * plan.in_shape[2] * acc_itemsize
+    span = (plan.kernel[0] - 1) * plan.dilations[0] + 1
+    least = -(-BAND_LEAST_SPANS * span // plan.strides[0])
+    return int(max(1, min(plan.out_shape[0], max(least, PASS_BYTES // max(1, per_output)))))
+
+
 def doubles_rows(plan: WindowPlan, kind: str) -> bool:
     """Whether a 1-D average the row sums could take goes to the block sums, which sum the
     row by doubling: windows of k >= 2s taps at stride 1 or from stride 5 on (the row sums'
@@ -309,9 +336,9 @@ def block_sum_segments(plan: WindowPlan, running: tuple[bool, ...]) -> np.ndarra
 
 
 def _check_block_scratch(label: str, plan: WindowPlan, running: tuple[bool, ...],
-                         segments: np.ndarray) -> None:
+                         segments: np.ndarray, at_once: int) -> None:
     """Bound the block sums' scratch before any work (what window_blocks' kernels allocate,
-    from ``segments``)."""
+    from ``segments`` and ``at_once``)."""
     dims = block_sum_dims(plan, running)
     padded = dims[window_blocks.PADDED]
     slack = window_blocks.SLACK
@@ -320,10 +347,10 @@ def _check_block_scratch(label: str, plan: WindowPlan, running: tuple[bool, ...]
     need = 3 * slack * positions + levels + 2 * (starts + slack) * slack + slack
     if plan.rank > 1:
         leading = int(dims[window_blocks.KERNEL, :-1].max())  # window_blocks.suffix_positions
-        need += ((leading + 2) * window_blocks.COLUMNS + plan.out_shape[-2] * int(padded[-1])
-                 + slack)
+        rows = at_once if plan.rank == 2 else plan.out_shape[1]
+        need += (leading + 2) * window_blocks.COLUMNS + rows * int(padded[-1]) + slack
     if plan.rank == 3:
-        need += plan.out_shape[0] * plan.in_shape[1] * plan.in_shape[2]
+        need += at_once * plan.in_shape[1] * plan.in_shape[2]
     check_table(label, "the block sums' scratch", (int(need),), np.float64)
 
 
@@ -657,7 +684,9 @@ class _WindowsLaunch(_Launch):
             return
         if takes_block_sums(plan, dtype, kind, p, layout.channels):
             segments = block_sum_segments(plan, running)
-            _check_block_scratch(label, plan, running, segments)
+            # float64 sums' passes as long as float32 ones' (a redo is rare)
+            at_once = block_pass_outputs(plan, 4 if average else 8)
+            _check_block_scratch(label, plan, running, segments, at_once)
             self.kernel = BLOCK_SUM_KERNELS[plan.rank]
             bands = block_bands(plan, layout.outer, threads)
             self.count, self.flat = layout.outer * bands, False
@@ -667,8 +696,9 @@ class _WindowsLaunch(_Launch):
             shared = (block_sum_dims(plan, running, first_outputs), segments,
                       tables.axis_inverse, mode, term_marker(transform), float(p))
             self.arguments = (*shared, _FLOAT32_SUMS if average else _FLOAT64_SUMS, False,
-                              bands)
-            self.redo_arguments = (*shared, _FLOAT64_SUMS, True, bands) if average else None
+                              bands, at_once)
+            self.redo_arguments = (*shared, _FLOAT64_SUMS, True, bands,
+                                   at_once) if average else None
             self.flags = True
             self.parts = split_parts(self.count, work, threads)
             return
