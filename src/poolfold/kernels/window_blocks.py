@@ -850,9 +850,9 @@ def block_sums_3d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     """Pool work items ``[start, stop)`` of ``x`` into ``y``, ``bands`` items a 3-D plane
     (bands of its first axis's outputs: see :func:`_band`), ``at_once`` of those outputs a
     pass: the first axis into a stack of slices of its sums, then each slice as
-    :func:`block_sums_2d` pools a plane of terms;
-    AVERAGE multiplies each window's sum by the product of its axes' ``factors[axis, o]``.
-    See :func:`block_sums_1d` for the rest (``flagged`` marks items)."""
+    :func:`block_sums_2d` pools a plane of terms; AVERAGE multiplies each window's sum by
+    the product of its axes' ``factors[axis, o]``.  See :func:`block_sums_1d` for the rest
+    (``flagged`` marks items)."""
     starts, segment = segments[STARTS], segments[POSITIONS]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
