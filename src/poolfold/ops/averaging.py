@@ -247,9 +247,17 @@ def takes_block_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float,
 BLOCK_MIN_TAPS = 128
 
 
-# A band of a plane's first axis (block_bands) spans at least this many of its windows'
-# spans: each band reads its windows' reach past its share again.
+# A band of a plane's first axis (block_bands), and a pass over a band's outputs
+# (block_pass_outputs), spans at least this many of its windows' spans: each reads its
+# windows' reach past its share again.
 BAND_LEAST_SPANS = 4
+
+
+def _least_first_axis_outputs(plan: WindowPlan) -> int:
+    """The first-axis outputs whose windows span BAND_LEAST_SPANS windows' spans: the
+    fewest a band or a pass of the block sums takes."""
+    span = (plan.kernel[0] - 1) * plan.dilations[0] + 1
+    return -(-BAND_LEAST_SPANS * span // plan.strides[0])
 
 
 def block_bands(plan: WindowPlan, planes: int, threads: int) -> int:
@@ -260,8 +268,7 @@ def block_bands(plan: WindowPlan, planes: int, threads: int) -> int:
     whole plane, bit for bit, so the bands may depend on the size and the threads."""
     if plan.rank < 2 or planes >= threads:
         return 1
-    span = (plan.kernel[0] - 1) * plan.dilations[0] + 1
-    longest = plan.out_shape[0] * plan.strides[0] // (BAND_LEAST_SPANS * span)
+    longest = plan.out_shape[0] // _least_first_axis_outputs(plan)
     return int(max(1, min(-(-threads // planes), longest, plan.out_shape[0])))
 
 
@@ -287,8 +294,7 @@ def block_pass_outputs(plan: WindowPlan, acc_itemsize: int) -> int:
         per_output = last * acc_itemsize
     else:
         per_output = plan.in_shape[1] * plan.in_shape[2] * acc_itemsize
-    span = (plan.kernel[0] - 1) * plan.dilations[0] + 1
-    least = -(-BAND_LEAST_SPANS * span // plan.strides[0])
+    least = _least_first_axis_outputs(plan)
     return int(max(1, min(plan.out_shape[0], max(least, PASS_BYTES // max(1, per_output)))))
 
 
