@@ -480,12 +480,16 @@ def _exact_lp(values, p):
         return 0.0  # empty V, or only zeros
     with decimal.localcontext() as ctx:
         ctx.prec = 60
-        ctx.Emax = 999_999
-        ctx.Emin = -999_999
+        # the widest exponents: at p < 1 the root raises the sum to 1/p (LpPool-1's float p)
+        ctx.Emax = decimal.MAX_EMAX
+        ctx.Emin = decimal.MIN_EMIN
         dm = decimal.Decimal(m)  # exact
         dp = decimal.Decimal(p)  # exact (p is an int or a float)
         total = sum(((decimal.Decimal(abs(v)) / dm) ** dp for v in values), decimal.Decimal(0))
-        y = dm * total ** (decimal.Decimal(1) / dp)
+        try:
+            y = dm * total ** (decimal.Decimal(1) / dp)
+        except decimal.Overflow:  # past even Decimal's range: far past float64's
+            return math.inf
         return float(y)  # correctly rounded; inf past float64's range
 
 

@@ -916,6 +916,67 @@ def test_lp_pool_versions(opset, p):
                                "lp")
 
 
+BELOW_ONE_CASES = [  # (shape, kernel, geometry)
+    ((2, 3, 17), [5], dict(pads=[2, 1], strides=[2])),
+    ((1, 2, 9, 8), [3, 4], dict(pads=[1, 0, 2, 1], strides=[2, 1])),
+    ((1, 1, 5, 6, 4), [2, 3, 2], dict(pads=[0, 1, 0, 1, 0, 1])),
+]
+
+
+@pytest.mark.parametrize("p", [1e-6, 0.01, 0.05, 0.37, 0.999])
+@pytest.mark.parametrize("dtype", [F64, F32])
+@pytest.mark.parametrize("shape,kernel,geometry", BELOW_ONE_CASES,
+                         ids=[f"{len(c[0]) - 2}d" for c in BELOW_ONE_CASES])
+def test_lp_pool_1_below_p_one_meets_the_bound(shape, kernel, geometry, dtype, p):
+    """LpPool-1 takes a float p, and below 1 its root magnifies the sum's rounding 1/p
+    times: float64 sums of float64 |x|^p missed the bound by that much (8e-15 against
+    1.1e-15 at p = 0.01).  Values over 400 decades, zeros, and one window of NaN and one of
+    inf (in float64; float32 inputs have room at these p, summed in float64)."""
+    rng = np.random.default_rng(int(p * 1e6) + len(shape))
+    magnitude = 10.0 ** rng.uniform(-200, 200, shape) if dtype == F64 else 10.0 ** rng.uniform(
+        -30, 30, shape)
+    x = (rng.standard_normal(shape) * magnitude).astype(dtype)
+    x.flat[3] = 0.0
+    if dtype == F64:
+        x[-1, -1].flat[-1] = np.nan
+        x[0, 0].flat[-1] = -np.inf
+    want, info = oracle.lp_pool(x, kernel, p=p, **geometry)
+    got = poolfold.lp_pool(x, kernel, p=p, opset=1, **geometry)
+    oracle.assert_within_bound(got, want, info, dtype, "lp")
+    want, info = oracle.global_lp_pool(x, p=p)
+    got = poolfold.global_lp_pool(x, p=p, opset=1)
+    oracle.assert_within_bound(got, want, info, dtype, "lp")
+
+
+def test_lp_pool_1_below_p_one_is_summed_in_double_doubles():
+    """Which sums take the double-doubles: float64 at any p < 1 (the narrower types' bound
+    has room, and they are summed in float64)."""
+    from poolfold.ops.averaging import is_scaled, precise_sums
+
+    assert precise_sums("lp", np.dtype(F64), 0.999) is not None
+    assert precise_sums("lp", np.dtype(F64), 1.0) is None
+    assert precise_sums("lp", np.dtype(F32), 2.0 ** -40) is None
+    assert is_scaled("lp", np.dtype(F32), 2.0 ** -30)  # (see PLAIN_LP_MIN_P)
+    assert not is_scaled("lp", np.dtype(F32), 0.1)
+    assert precise_sums("average", np.dtype(F64), 0.5) is None
+
+
+@pytest.mark.parametrize("dtype", [F32, F16])  # (bfloat16 from version 22: p an int)
+def test_lp_pool_1_tiny_p_of_narrow_types_meets_the_bound(dtype):
+    """Below p = 2^-29 a float64 sum of |x|^p's rounding times 1/p passes float32's bound
+    (a window of one tap off by 2^-13 at p = 2^-40): the scaled sums give that tap's |x|
+    exactly, and every window of two taps that are not zero is inf."""
+    x = np.array([[[0.0, 3.0, 0.0, 1.0 + 2.0 ** -7, 0.75]]]).astype(dtype)
+    for p in (2.0 ** -40, 2.0 ** -30, 2.0 ** -25):
+        want, info = oracle.lp_pool(x, [2], p=p)
+        got = poolfold.lp_pool(x, [2], p=p, opset=1)
+        oracle.assert_within_bound(got, want, info, dtype, "lp")
+        assert got[0, 0, 0] == 3.0 and got[0, 0, 1] == 3.0 and np.isinf(got[0, 0, 3])
+        want, info = oracle.global_lp_pool(x[..., 1:2], p=p)
+        got = poolfold.global_lp_pool(x[..., 1:2], p=p, opset=1)
+        oracle.assert_within_bound(got, want, info, dtype, "lp")
+
+
 # --------------------------------------------------------------------------------------------
 # global ops
 # --------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from . import helper_overload, kernel
+from . import double_double, helper_overload, kernel
 from .half import HALF_BITS, as_float32, narrow_to
 
 # Rows of the per-axis table (``axes[row, axis]``).
@@ -547,11 +547,13 @@ def _plane_size(axes, row):
 
 
 @_helper
-def _scaled_axis_pass(src_m, src_s, src_at, src_inner, first_pass, dst_m, dst_s, rows, n, width,
-                      out, first, lo, hi, d, p, whole):
+def _scaled_axis_pass(src_m, src_s, src_s_lo, src_at, src_inner, first_pass, dst_m, dst_s,
+                      dst_s_lo, rows, n, width, out, first, lo, hi, d, p, whole):
     """One axis of :func:`scaled_window_sums`, always tap by tap: per output, m = the
     largest m over the taps, s = the sum of s * (m_tap / m) ** p.  ``first_pass``: the
-    sources are X's elements (m = |x|, s = 1 or 0 for a zero)."""
+    sources are X's elements (m = |x|, s = 1 or 0 for a zero).  With ``dst_s_lo`` (not
+    None), s is a double-double, its low parts in ``src_s_lo`` and ``dst_s_lo``, and so is
+    each term (:mod:`.double_double`)."""
     for r in range(rows):
         base = src_at + r * n * src_inner
         at = r * out * width
@@ -570,6 +572,12 @@ def _scaled_axis_pass(src_m, src_s, src_at, src_inner, first_pass, dst_m, dst_s,
                 if nan:
                     dst_m[o_at + c] = np.nan
                     dst_s[o_at + c] = np.nan
+                    continue
+                if dst_s_lo is not None:
+                    dst_m[o_at + c] = largest
+                    dst_s[o_at + c], dst_s_lo[o_at + c] = _precise_scaled_sum(
+                        src_m, src_s, src_s_lo, base, src_inner, first_pass, c, first[o],
+                        lo[o], hi[o], d, p, largest)
                     continue
                 total = 0.0
                 if largest > 0.0:
@@ -593,11 +601,56 @@ def _scaled_axis_pass(src_m, src_s, src_at, src_inner, first_pass, dst_m, dst_s,
                 dst_s[o_at + c] = total
 
 
+@_helper
+def _precise_scaled_sum(src_m, src_s, src_s_lo, base, src_inner, first_pass, c, first, lo, hi,
+                        d, p, largest):
+    """:func:`_scaled_axis_pass`'s s of one output in double-doubles: the sum of s_tap *
+    (m_tap / m) ** p over its taps (an inf m: of the infinite taps' s), for ``largest`` m."""
+    total_hi, total_lo = 0.0, 0.0
+    if largest == 0.0:
+        return total_hi, total_lo
+    m_log_hi, m_log_lo = (0.0, 0.0) if largest == np.inf else double_double.log(largest, 0.0)
+    for j in range(lo, hi):
+        i = base + (first + j * d) * src_inner + c
+        m = abs(widen(src_m[i]))
+        if m == 0.0 or (largest == np.inf and m != np.inf):
+            continue
+        w_hi, w_lo = (1.0, 0.0) if first_pass else (src_s[i], src_s_lo[i])
+        if largest != np.inf:
+            t_hi, t_lo = double_double.ratio_power(m, m_log_hi, m_log_lo, p)
+            w_hi, w_lo = double_double.multiply(w_hi, w_lo, t_hi, t_lo)
+        total_hi, total_lo = double_double.add(total_hi, total_lo, w_hi, w_lo)
+    return total_hi, total_lo
+
+
+@_helper
+def _low_parts(precise, size):
+    """Room for ``size`` sums' low parts where they are double-doubles (``precise``), else
+    None (a compile-time choice)."""
+    if precise is None:
+        return None
+    return np.empty(size, np.float64)
+
+
+@_helper
+def _root_of_scaled(m, s, s_lo, at, p):
+    """Y = m * s ** (1 / p) of a window's (m, s), s a double-double with its low part at
+    ``s_lo[at]`` (``s_lo`` not None); NaN, 0 and inf for m NaN, 0 and inf."""
+    if m != m:
+        return np.nan
+    if m == 0.0 or m == np.inf:
+        return m
+    if s_lo is not None:
+        return double_double.root_times(m, s, s_lo[at], p)
+    return m * s ** (1.0 / p)
+
+
 @_kernel
-def scaled_window_sums(x, y, axes, taps, channels, block, p, start, stop):
+def scaled_window_sums(x, y, axes, taps, channels, block, p, precise, start, stop):
     """LpPool without overflow or underflow at any p and type: per window, the largest |x|,
-    m, and the sum s of (|x| / m) ** p, then Y = m * s ** (1 / p).  Work items as
-    :func:`window_sums`."""
+    m, and the sum s of (|x| / m) ** p, then Y = m * s ** (1 / p).  ``precise`` (an array,
+    not None): s and the root in double-doubles (float64 at p < 1, whose root magnifies the
+    sum's rounding 1/p times: :mod:`.double_double`).  Work items as :func:`window_sums`."""
     rank = axes.shape[1]
     blocks = (channels + block - 1) // block
     whole = p == np.floor(p) and p <= 64
@@ -615,6 +668,8 @@ def scaled_window_sums(x, y, axes, taps, channels, block, p, start, stop):
     s_ping = np.empty(largest, np.float64)
     m_pong = np.empty(largest, np.float64)
     s_pong = np.empty(largest, np.float64)
+    lo_ping = _low_parts(precise, largest)  # the sums' low parts (double-doubles), or None
+    lo_pong = _low_parts(precise, largest)
     outputs = 1
     for a in range(rank):
         outputs *= axes[OUT, a]
@@ -630,32 +685,29 @@ def scaled_window_sums(x, y, axes, taps, channels, block, p, start, stop):
         for a in range(rank - 1, -1, -1):
             w = inner_out * width
             dst_m, dst_s = (m_ping, s_ping) if in_ping else (m_pong, s_pong)
+            dst_lo = lo_ping if in_ping else lo_pong
+            src_lo = lo_pong if in_ping else lo_ping  # (not read by the first pass)
             if a == rank - 1:
                 row = x[outer]
-                _scaled_axis_pass(row, row, c0, channels, True, dst_m, dst_s, rows, axes[N, a],
-                                  width, axes[OUT, a], taps[0, a], taps[1, a], taps[2, a],
-                                  axes[DILATION, a], p, whole)
+                _scaled_axis_pass(row, row, src_lo, c0, channels, True, dst_m, dst_s, dst_lo,
+                                  rows, axes[N, a], width, axes[OUT, a], taps[0, a],
+                                  taps[1, a], taps[2, a], axes[DILATION, a], p, whole)
             else:
                 src_m, src_s = (m_pong, s_pong) if in_ping else (m_ping, s_ping)
-                _scaled_axis_pass(src_m, src_s, 0, w, False, dst_m, dst_s, rows, axes[N, a], w,
-                                  axes[OUT, a], taps[0, a], taps[1, a], taps[2, a],
-                                  axes[DILATION, a], p, whole)
+                _scaled_axis_pass(src_m, src_s, src_lo, 0, w, False, dst_m, dst_s, dst_lo,
+                                  rows, axes[N, a], w, axes[OUT, a], taps[0, a], taps[1, a],
+                                  taps[2, a], axes[DILATION, a], p, whole)
             inner_out *= axes[OUT, a]
             if a > 0:
                 rows //= axes[N, a - 1]
                 in_ping = not in_ping
         m_final, s_final = (m_ping, s_ping) if in_ping else (m_pong, s_pong)
+        lo_final = lo_ping if in_ping else lo_pong
         target = y[outer]
         for o in range(outputs):
             for c in range(width):
-                m = m_final[o * width + c]
-                s = s_final[o * width + c]
-                if m != m:
-                    value = np.nan
-                elif m == 0.0 or m == np.inf:
-                    value = m
-                else:
-                    value = m * s ** (1.0 / p)
+                at = o * width + c
+                value = _root_of_scaled(m_final[at], s_final[at], lo_final, at, p)
                 target[o * channels + c0 + c] = narrow_to(value, target)
 
 
@@ -761,9 +813,10 @@ def plane_means(x, y, size, start, stop):
 
 
 @_kernel
-def scaled_plane_sums(x, y, size, p, start, stop):
+def scaled_plane_sums(x, y, size, p, precise, start, stop):
     """GlobalLpPool without overflow or underflow: per plane, m = the largest |x|, then
-    Y = m * (sum of (|x| / m) ** p) ** (1 / p); NaN propagates, a zero-size plane gives 0."""
+    Y = m * (sum of (|x| / m) ** p) ** (1 / p); NaN propagates, a zero-size plane gives 0.
+    ``precise``: as :func:`scaled_window_sums` takes it."""
     whole = p == np.floor(p) and p <= 64
     for i in range(start, stop):
         row = x[i]
@@ -780,6 +833,16 @@ def scaled_plane_sums(x, y, size, p, start, stop):
             continue
         if largest == 0.0 or largest == np.inf:
             y[i] = narrow_to(largest, y)
+            continue
+        if precise is not None:
+            total_hi, total_lo = 0.0, 0.0
+            m_log_hi, m_log_lo = double_double.log(largest, 0.0)
+            for q in range(size):
+                v = abs(widen(row[q]))
+                if v > 0.0:  # a zero's term is 0
+                    t_hi, t_lo = double_double.ratio_power(v, m_log_hi, m_log_lo, p)
+                    total_hi, total_lo = double_double.add(total_hi, total_lo, t_hi, t_lo)
+            y[i] = narrow_to(double_double.root_times(largest, total_hi, total_lo, p), y)
             continue
         total = 0.0
         for q in range(size):

@@ -40,6 +40,12 @@ from .max_pool import resolve_plan
 # stays within float64's range (4.9e-324 to 1.8e308) for p up to 7; beyond, or for float64
 # inputs, LpPool takes the scaled sums.
 PLAIN_LP_MAX_P = 7
+# Below this p (LpPool-1's float p), the p-th root of a float64 sum of |x| ** p magnifies
+# its rounding (2^-53) past float32's u (2^-24): a window of one tap then comes back off by
+# up to 2^-13 at p = 2^-40.  The scaled sums give that tap's |x| exactly (its term is 1),
+# and every other window is inf there (the root raises a sum of about 2 or more to the
+# 2^29-th power or more).
+PLAIN_LP_MIN_P = 2.0 ** -29
 
 # Channels-last work items take this many channels at a time (the vectorised run of every
 # pass), fewer when one sample's intermediate results would outgrow SCRATCH_BYTES.
@@ -180,7 +186,21 @@ def uses_running_sums(n: int, out: int, k: int, single: bool = False) -> bool:
 
 def is_scaled(kind: str, dtype: np.dtype, p: float) -> bool:
     """Whether LpPool takes the scaled sums (the ``(m, s)`` pairs) for ``dtype`` and ``p``."""
-    return kind == "lp" and (np.dtype(dtype).itemsize > 4 or p > PLAIN_LP_MAX_P)
+    return kind == "lp" and (np.dtype(dtype).itemsize > 4 or not
+                             PLAIN_LP_MIN_P <= p <= PLAIN_LP_MAX_P)
+
+
+# LpPool-1 takes p as a float, and below 1 its root magnifies the rounding of the sum of
+# |x|^p 1/p times: float64 sums of float64 X then miss the contract's bound (u = 2^-53) at
+# any p < 1.  There the scaled sums take their terms, sums and root in double-doubles
+# (kernels.double_double), told by this marker (None: plain float64).  The narrower types'
+# bound (u = 2^-24) leaves float64 sums room (see PLAIN_LP_MIN_P).
+_DOUBLE_DOUBLE = np.empty(0, np.float64)
+
+
+def precise_sums(kind: str, dtype: np.dtype, p: float) -> np.ndarray | None:
+    """The scaled sums' ``precise`` argument for ``dtype`` and ``p`` (see _DOUBLE_DOUBLE)."""
+    return _DOUBLE_DOUBLE if kind == "lp" and np.dtype(dtype).itemsize == 8 and p < 1 else None
 
 
 # Windows of at most this many taps along the last axis, and on the other axes together, are
@@ -718,7 +738,8 @@ class _WindowsLaunch(_Launch):
         self.parts = split_parts(self.count, work, threads)
         if scaled:
             self.kernel, self.flat = scaled_window_sums, False
-            self.arguments = (tables.axes, tables.taps, layout.channels, block, float(p))
+            self.arguments = (tables.axes, tables.taps, layout.channels, block, float(p),
+                              precise_sums(kind, dtype, p))
             return
         self.kernel = window_sums
         self.arguments = _window_sums_arguments(tables, dtype, average, p, layout.channels,
@@ -896,7 +917,8 @@ class _GlobalLaunch(_Launch):
         if layout.channels == 1:
             self.y_rows = True
             if scaled:
-                self.kernel, self.arguments = scaled_plane_sums, (size, float(p))
+                self.kernel = scaled_plane_sums
+                self.arguments = (size, float(p), precise_sums(kind, dtype, p))
             elif kind == "average" and dtype.itemsize < 8:
                 self.kernel, self.arguments = plane_means, (size,)
             else:
@@ -921,7 +943,8 @@ class _GlobalLaunch(_Launch):
         if scaled:
             self.flat = False
             self.kernel = scaled_window_sums
-            self.arguments = (tables.axes, tables.taps, layout.channels, block, float(p))
+            self.arguments = (tables.axes, tables.taps, layout.channels, block, float(p),
+                              precise_sums(kind, dtype, p))
             return
         self.kernel = window_sums
         self.arguments = _window_sums_arguments(tables, dtype, kind == "average", p,
