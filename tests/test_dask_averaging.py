@@ -494,6 +494,21 @@ def test_global_pools_match_in_memory(dtype):
                 assert_same(got.compute(**THREADS), getattr(poolfold.nhwc, name)(xn, **kw))
 
 
+def test_float64_lp_pool_1_below_p_one_matches_in_memory():
+    """float64 LpPool-1 at p < 1 sums in double-doubles, window by window: any chunking has
+    the in-memory bits."""
+    x = data(SHAPE_2D, np.float64, seed=11) * 10.0 ** np.linspace(-90, 90, 360).reshape(SHAPE_2D)
+    for p in (0.05, 0.6):
+        for kw in (GEOMETRIES_2D[1], GEOMETRIES_2D[3]):  # (no dilations in version 1)
+            expected = poolfold.lp_pool(x, p=p, opset=1, **kw)
+            for chunks in CHUNKS_2D[:3]:
+                got = pdask.lp_pool(da.from_array(x, chunks=chunks), p=p, opset=1, **kw)
+                assert_same(got.compute(**THREADS), expected)
+        expected = poolfold.global_lp_pool(x, p=p, opset=1)
+        got = pdask.global_lp_pool(da.from_array(x, chunks=CHUNKS_2D[2]), p=p, opset=1)
+        assert_same(got.compute(**THREADS), expected)
+
+
 def test_global_max_ties_and_nans_across_chunks():
     """The element the in-memory scan keeps: the first NaN in the plane's row-major order
     (NaNs of other payloads and signs after it lose), else the first of equal largest values
