@@ -123,6 +123,34 @@ def test_same_pads_past_int64_are_refused_clearly(auto_pad):
             call()
 
 
+HUGE = 2**40
+SPARSE_WINDOWS = [  # (shape, kernel, attributes): a few outputs, padded rows of ~2**40
+    ((3, 1, 2), [2], dict(pads=[2, HUGE], dilations=[HUGE])),  # found by the campaign
+    ((1, 1, 4, 300), [12, 100], dict(strides=[1, HUGE], pads=[4, 0, 4, HUGE])),
+    ((1, 2, 4, 4), [12, 12], dict(strides=[1, HUGE], pads=[4, 0, 4, HUGE])),
+    ((1, 1, 3, 4, 70), [2, 3, 40], dict(strides=[1, 1, HUGE], pads=[0, 1, 0, 0, 1, HUGE])),
+]
+
+
+@pytest.mark.parametrize("shape,kernel,attributes", SPARSE_WINDOWS,
+                         ids=[str(c[0]) for c in SPARSE_WINDOWS])
+def test_windows_far_apart_are_pooled_not_refused(shape, kernel, attributes):
+    """Found by the campaign (seed 1201): AveragePool over 2 inputs with pads (2, 2**40) and a
+    dilation of 2**40 (4 outputs) was refused, its block sums' scratch 400 TiB; strides of
+    2**40 asked as much of the block sums and of MaxPool's running maxima.  Those kernels
+    hold every position of a padded row: windows that neither overlap nor touch, or reach
+    past 2**16 positions, go to kernels that visit their taps."""
+    import oracle
+
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+    for kind in ("average", "lp"):
+        op = poolfold.average_pool if kind == "average" else poolfold.lp_pool
+        want, info = getattr(oracle, f"{kind}_pool")(x, kernel, **attributes)
+        oracle.assert_within_bound(op(x, kernel, **attributes), want, info, np.float32, kind)
+    want, _ = oracle.max_pool(x, kernel, **attributes)
+    np.testing.assert_array_equal(poolfold.max_pool(x, kernel, **attributes), want)
+
+
 # ------------------------------------------------------------------ the judge itself
 
 VALID_POOL = {"op": "max_pool", "x": {"dtype": "float32", "shape": (1, 2, 5, 5), "layout": (),

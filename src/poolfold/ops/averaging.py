@@ -252,8 +252,25 @@ def takes_block_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float,
     takes the same path."""
     return (channels == 1 and plan.rank in BLOCK_SUM_KERNELS
             and np.dtype(dtype).itemsize <= 4 and not is_scaled(kind, dtype, p)
+            and block_rows_fit(plan)
             and (not takes_row_sums(plan, dtype, kind, p) or doubles_rows(plan, kind)
                  or (plan.rank > 1 and math.prod(plan.kernel) >= BLOCK_MIN_TAPS)))
+
+
+# The block sums lay each axis out as its padded row, every position from the first window's
+# first tap to the last window's last: where windows neither overlap nor touch (a stride past
+# the window's reach), or a window reaches past BLOCK_MOST_SPAN positions (a dilation far
+# past the input), that row is mostly positions no window reads, and the separable passes,
+# which visit the windows' taps, take the plan: SAME-free pads (2, 2^40) with a dilation of
+# 2^40 over 2 inputs asked 400 TiB of scratch, a stride of 2^40 8 TiB.
+BLOCK_MOST_SPAN = 2**16
+
+
+def block_rows_fit(plan: WindowPlan) -> bool:
+    """Whether the block sums' padded rows suit ``plan`` (see BLOCK_MOST_SPAN): kernel,
+    stride and dilation alone, as a poolfold.dask slab's plan has them."""
+    return all(s <= (k - 1) * d + 1 <= BLOCK_MOST_SPAN
+               for k, s, d in zip(plan.kernel, plan.strides, plan.dilations))
 
 
 # Windows of 2 or 3 axes with this many taps or more go to the block sums, channels-first,
