@@ -67,6 +67,30 @@ def test_max_pool_shape_returns_plain_ints_for_an_array_shape():
     assert all(type(v) is int for v in shape), [type(v) for v in shape]
 
 
+def test_max_pool_shape_of_axes_past_2_to_the_62():
+    """Found by the campaign (seed 1202): the shapes alone have no bound on positions, which
+    only the kernels index (it refused an axis of 2**63 - 1 as beyond 2**62 positions); the
+    data ops still refuse them."""
+    assert poolfold.max_pool_shape([5, 7, 2**63 - 1], [1], pads=[2, 0]) == (5, 7, 2**63 + 1)
+    assert poolfold.max_pool_shape([8, 10, 2**62, 4], [1, 2], strides=[3, 2],
+                                   dilations=[1, 2]) == (8, 10, -(-2**62 // 3), 1)
+    x = np.zeros((1, 1, 4), np.float32)
+    with pytest.raises(poolfold.PoolfoldError, match=r"beyond the 2\*\*62 positions"):
+        poolfold.max_pool(x, [2**40], dilations=[2**40], auto_pad="SAME_UPPER")
+
+
+def test_judge_reads_a_nested_attribute_a_version_lacks():
+    """Found by the campaign (seed 1203): the contract's rule for an attribute a version lacks
+    compared a nested list's rows as arrays, and the judge raised."""
+    from fuzz import judge
+
+    spec = {"op": "max_pool_shape", "input_shape": ("__ndarray__", "int64", [5, 1, 9]),
+            "kwargs": {"kernel_shape": [4], "pads": [1, 0], "dilations": [[1, 2]],
+                       "auto_pad": "SAME_UPPER", "ceil_mode": 0, "opset": 7}}
+    outcome, message = judge.judge(spec)
+    assert outcome == "error" and "contract: invalid" in message, message
+
+
 @pytest.mark.parametrize("bad", [7, None, "abc", b"\x01\x01\x04", 2.5])
 def test_max_pool_shape_refuses_a_shape_that_is_not_a_sequence(bad):
     with pytest.raises(PoolfoldTypeError, match="MaxPool-22: input 'X' shape"):

@@ -262,19 +262,24 @@ def window_plan(
     auto_pad: str = "NOTSET",
     ceil_mode: bool = False,
     kernel_name: str = "attribute 'kernel_shape'",
+    indexed: bool = True,
 ) -> WindowPlan:
     """Compute the output size and begin pads of every spatial axis (see the module doc).
 
     ``label`` names the op and version in error messages, ``kernel_name`` what sets the kernel.
+    ``indexed``: kernels will index the windows' positions (int64), which POSITION_LIMIT
+    bounds; a plan of shapes alone (``max_pool_shape``) has no such limit.
     Plans are cached: a model's repeated calls with the same shapes reuse them.
     """
     if not isinstance(auto_pad, str):
         raise PoolfoldTypeError(f"{label}: attribute 'auto_pad' must be a string, got {auto_pad!r}")
-    return _window_plan(label, tuple(in_shape), attributes, auto_pad, bool(ceil_mode), kernel_name)
+    return _window_plan(label, tuple(in_shape), attributes, auto_pad, bool(ceil_mode), kernel_name,
+                        indexed)
 
 
 @functools.lru_cache(maxsize=512)
-def _window_plan(label, in_shape, attributes, auto_pad, ceil_mode, kernel_name) -> WindowPlan:
+def _window_plan(label, in_shape, attributes, auto_pad, ceil_mode, kernel_name,
+                 indexed=True) -> WindowPlan:
     if auto_pad not in AUTO_PADS:
         raise PoolfoldError(
             f"{label}: attribute 'auto_pad' must be one of {', '.join(AUTO_PADS)}, got {auto_pad!r}"
@@ -312,7 +317,7 @@ def _window_plan(label, in_shape, attributes, auto_pad, ceil_mode, kernel_name) 
                 f"{kernel_name} {k} (dilated extent {span}), pads {pb}+{pe}, "
                 f"stride {s}, auto_pad {auto_pad}"
             )
-        if pb + (out - 1) * s + span + n >= POSITION_LIMIT:
+        if indexed and pb + (out - 1) * s + span + n >= POSITION_LIMIT:
             raise PoolfoldError(
                 f"{label}: the windows along spatial axis {a} reach {pb + (out - 1) * s + span}"
                 f" positions past the input's start (pads {pb}+{pe}, {kernel_name} {k}, "

@@ -175,7 +175,11 @@ def _ints(name, value, length, low, required=False):
 def _lacking(name, value, default, version):
     """An attribute the version lacks, given: an error (SEMANTICS.md), but given at its
     default value a Python API may read as not given (a node cannot: it names it)."""
-    if list(np.atleast_1d(value)) == list(np.atleast_1d(default)):
+    try:  # (a nested list compares element-wise, as arrays: not the default either way)
+        at_default = np.array_equal(np.atleast_1d(value), np.atleast_1d(default))
+    except (TypeError, ValueError):  # ragged
+        at_default = False
+    if at_default:
         raise _Refuse(EITHER, f"'{name}' at its default on version {version}, which lacks it")
     _invalid(f"'{name}' on version {version}, which lacks it")
 

@@ -32,9 +32,10 @@ from ..memory import allocate, check_size, check_table, line_rows
 from ._common import CallCache, as_rows, as_tensor, flag, kernel_input, kernel_rows
 
 
-def resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode):
+def resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
+                 indexed=True):
     """Check the window attributes against the version, then plan the windows over the
-    spatial dims of the NCHW-ordered ``shape``."""
+    spatial dims of the NCHW-ordered ``shape`` (``indexed``: see geometry.window_plan)."""
     spec.reject_absent("dilations", dilations is not None)
     spec.reject_absent("ceil_mode", bool(ceil_mode))
     ceil_mode = flag(spec, "ceil_mode", ceil_mode)
@@ -42,7 +43,8 @@ def resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, 
     attributes = WindowAttributes.validate(
         spec.label, len(spatial), kernel_shape, strides, dilations, pads
     )
-    return window_plan(spec.label, spatial, attributes, auto_pad, bool(ceil_mode))
+    return window_plan(spec.label, spatial, attributes, auto_pad, bool(ceil_mode),
+                       indexed=indexed)
 
 
 def check_index_request(spec, storage_order, return_indices) -> int:
@@ -69,7 +71,8 @@ def max_pool_shape(
     opset=None,
 ) -> tuple[int, ...]:
     """The shape of MaxPool's Y (and Indices) for an input of ``input_shape``, computed by the
-    same geometry as :func:`max_pool` and with the same checks, without touching any data.
+    same geometry as :func:`max_pool` and with the same checks, without touching any data
+    (so with no bound on the positions, which only kernels index).
 
     >>> max_pool_shape((8, 64, 112, 112), [3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     (8, 64, 56, 56)
@@ -87,7 +90,8 @@ def max_pool_shape(
         raise PoolfoldError(
             f"{spec.label}: input 'X' must have rank >= 3 and no negative dim, got shape {shape}"
         )
-    plan = resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode)
+    plan = resolve_plan(spec, shape, kernel_shape, strides, pads, dilations, auto_pad, ceil_mode,
+                        indexed=False)
     return shape[:2] + plan.out_shape
 
 
