@@ -79,6 +79,33 @@ def test_max_pool_shape_of_axes_past_2_to_the_62():
         poolfold.max_pool(x, [2**40], dilations=[2**40], auto_pad="SAME_UPPER")
 
 
+def test_tables_past_a_process_memory_limit_are_refused_clearly():
+    """Found by the campaign (seed 1205, workers under a 2 GiB address-space limit): a tap
+    table of 44 million outputs (pads of 2**31) raised numpy's MemoryError; it is refused
+    with an error naming the op, as an output past the limit is."""
+    script = """if True:
+        import resource
+        import numpy as np
+        import poolfold
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+        x = np.zeros((5, 4, 1, 3), np.float16)
+        for op in (poolfold.average_pool, poolfold.lp_pool, poolfold.max_pool):
+            try:
+                op(x, [1, 10], strides=[3, 49], pads=[3, 2**31, 1, 2], dilations=[2, 3])
+            except poolfold.PoolfoldError as error:
+                print(error)
+    """
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(IMPORTED_FROM), os.environ.get("PYTHONPATH")) if p))
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["AveragePool-22", "LpPool-22",
+                                                      "MaxPool-22"], result.stdout
+    assert all("cannot allocate the window tap table" in line for line in lines), lines
+
+
 def test_judge_reads_a_nested_attribute_a_version_lacks():
     """Found by the campaign (seed 1203): the contract's rule for an attribute a version lacks
     compared a nested list's rows as arrays, and the judge raised."""

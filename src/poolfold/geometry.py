@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import PoolfoldError, PoolfoldTypeError
-from .memory import check_table
+from .memory import building, check_table
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -230,18 +230,20 @@ class WindowPlan:
         # A row per output along an axis: an empty batch with huge pads has an output of no
         # element but rows of terabytes, refused here rather than as numpy's MemoryError.
         check_table(self.label, "the window tap table", (3, self.rank, width), np.int64)
-        first = np.zeros((self.rank, width), np.int64)
-        lo = np.zeros((self.rank, width), np.int64)
-        hi = np.zeros((self.rank, width), np.int64)
-        for a, (n, k, s, d, pb, out) in enumerate(
-            zip(self.in_shape, self.kernel, self.strides, self.dilations, self.pad_begin,
-                self.out_shape)
-        ):
-            start = np.arange(out, dtype=np.int64) * s - pb
-            first[a, :out] = start
-            # Smallest j with start + j*d >= 0, and one past the largest with start + j*d < n.
-            lo[a, :out] = np.maximum(0, -(start // d))
-            hi[a, :out] = np.minimum(k, np.maximum(0, (n - start + d - 1) // d))
+        with building(self.label, "the window tap table"):
+            first = np.zeros((self.rank, width), np.int64)
+            lo = np.zeros((self.rank, width), np.int64)
+            hi = np.zeros((self.rank, width), np.int64)
+            for a, (n, k, s, d, pb, out) in enumerate(
+                zip(self.in_shape, self.kernel, self.strides, self.dilations, self.pad_begin,
+                    self.out_shape)
+            ):
+                start = np.arange(out, dtype=np.int64) * s - pb
+                first[a, :out] = start
+                # Smallest j with start + j*d >= 0, and one past the largest with
+                # start + j*d < n.
+                lo[a, :out] = np.maximum(0, -(start // d))
+                hi[a, :out] = np.minimum(k, np.maximum(0, (n - start + d - 1) // d))
         return TapTable(first, lo, hi)
 
 

@@ -31,7 +31,7 @@ from ..kernels.window_sum import (RUN_ACROSS, RUN_ADD, RUN_EMPTY, RUN_PREFIX, RU
 from ..kernels import window_blocks
 from ..kernels.window_rows import (BLOCK_ELEMENTS as ROW_BLOCK_ELEMENTS, POSITION_CHANNELS,
                                    block_pitch, position_sums, window_rows)
-from ..memory import allocate, check_size, check_table
+from ..memory import allocate, building, check_size, check_table
 from ._common import CallCache, activate, as_rows, as_tensor, flag, kernel_rows
 from .layout import channels_last_order, is_channels_last, nchw_order
 from .max_pool import resolve_plan
@@ -491,6 +491,12 @@ def window_tables(plan: WindowPlan, divisor: str | None,
     ``divisor`` "valid" or "padded" the per-output-position count |V| or |P| (cached: a
     model repeats its calls; the kernels only read these tables).  ``running``: per axis,
     whether its pass keeps running sums (:func:`running_sum_axes`; None: no axis does)."""
+    with building(plan.label, "the windows' tables"):
+        return _window_tables(plan, divisor, running)
+
+
+def _window_tables(plan: WindowPlan, divisor: str | None, running) -> WindowTables:
+    """:func:`window_tables`, allocations unguarded."""
     taps = plan.taps
     rank = plan.rank
     axes = np.zeros((AXIS_ROWS, rank), np.int64)
