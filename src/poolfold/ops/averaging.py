@@ -261,8 +261,8 @@ def takes_block_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float,
 # first tap to the last window's last: where windows neither overlap nor touch (a stride past
 # the window's reach), or a window reaches past BLOCK_MOST_SPAN positions (a dilation far
 # past the input), that row is mostly positions no window reads, and the separable passes,
-# which visit the windows' taps, take the plan: SAME-free pads (2, 2^40) with a dilation of
-# 2^40 over 2 inputs asked 400 TiB of scratch, a stride of 2^40 8 TiB.
+# which visit the windows' taps, take the plan: pads (2, 2^40) with a dilation of 2^40 over
+# 2 inputs asked 400 TiB of scratch, a stride of 2^40 8 TiB.
 BLOCK_MOST_SPAN = 2**16
 
 
