@@ -923,7 +923,7 @@ BELOW_ONE_CASES = [  # (shape, kernel, geometry)
 ]
 
 
-@pytest.mark.parametrize("p", [1e-6, 0.01, 0.05, 0.37, 0.999])
+@pytest.mark.parametrize("p", [1e-300, 1e-6, 0.01, 0.05, 0.37, 0.999])
 @pytest.mark.parametrize("dtype", [F64, F32])
 @pytest.mark.parametrize("shape,kernel,geometry", BELOW_ONE_CASES,
                          ids=[f"{len(c[0]) - 2}d" for c in BELOW_ONE_CASES])

@@ -103,3 +103,11 @@ def test_root_times_rounds_to_float64_and_overflows_only_past_it():
             continue
         # rounded once: within an ulp (half an ulp and the double-doubles' 2^-100)
         assert abs(Decimal(got) - want) <= Decimal(np.spacing(got)), (m, s, p)
+
+
+def test_root_times_of_a_tiny_p_is_inf_not_nan():
+    """Found by the campaign (seed 1207): at p = 1e-300 ln s / p passes two_product's range,
+    which gave NaN; s^(1/p) of s > 1 is then past float64 whatever m, and s = 1 leaves m."""
+    assert _root_times(5e-324, 6.0, 0.0, 1e-300) == np.inf
+    assert _root_times(25.5, 1.0 + 2.0 ** -52, 0.0, 1e-300) == np.inf
+    assert _root_times(25.5, 1.0, 0.0, 1e-300) == 25.5

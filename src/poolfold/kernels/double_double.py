@@ -180,6 +180,8 @@ def root_times(m, s_hi, s_lo, p):
     from the logarithms where s^(1/p) passes _DIRECT_LARGEST, where it alone may overflow
     though the product does not."""
     l_hi, l_lo = log(s_hi, s_lo)
+    if l_hi > _SURELY_PAST * p:  # (the quotient alone may pass two_product's range)
+        return np.inf
     a_hi, a_lo = divide_by(l_hi, l_lo, p)
     if a_hi <= _DIRECT_LARGEST:
         e_hi, e_lo = exp(a_hi, a_lo)
@@ -200,5 +202,8 @@ def root_times(m, s_hi, s_lo, p):
 # root_times: e^600 (about 2^866) and m up to 2^900 keep two_product within its range; a
 # larger m is scaled by 2^-128 first.
 _DIRECT_LARGEST = 600.0
+# ln s / p past this, m s^(1/p) is past float64's largest for any m (at least 2^-1074): the
+# log of the largest float64 over the smallest subnormal, and a margin.
+_SURELY_PAST = 1455.0
 _SPLIT_LARGEST = 2.0 ** 900
 _SCALE = 2.0 ** 128
