@@ -23,7 +23,7 @@ import numpy as np
 
 from . import helper
 
-# Dekker's splitter, 2^27 + 1: splits a float64 into two halves of 26 bits.
+# Dekker's splitter, 2^27 + 1: splits a float64 into two halves whose products are exact.
 _SPLITTER = 134217729.0
 
 
