@@ -190,7 +190,7 @@ def test_windows_far_apart_are_pooled_not_refused(shape, kernel, attributes):
     dilation of 2**40 (4 outputs) was refused, its block sums' scratch 400 TiB; strides of
     2**40 asked as much of the block sums and of MaxPool's running maxima.  Those kernels
     hold every position of a padded row: windows that neither overlap nor touch, or reach
-    past 2**16 positions, go to kernels that visit their taps."""
+    past 8192 positions, go to kernels that visit their taps."""
     import oracle
 
     x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)

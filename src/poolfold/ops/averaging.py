@@ -262,8 +262,11 @@ def takes_block_sums(plan: WindowPlan, dtype: np.dtype, kind: str, p: float,
 # the window's reach), or a window reaches past BLOCK_MOST_SPAN positions (a dilation far
 # past the input), that row is mostly positions no window reads, and the separable passes,
 # which visit the windows' taps, take the plan: pads (2, 2^40) with a dilation of 2^40 over
-# 2 inputs asked 400 TiB of scratch, a stride of 2^40 8 TiB.
-BLOCK_MOST_SPAN = 2**16
+# 2 inputs asked 400 TiB of scratch, a stride of 2^40 8 TiB.  The doubling's segments of
+# 1024 window starts also span the window, so its cost grows with it where the passes' does
+# not: float32 SAME over (1,4,262144), two threads, doubling against passes, k=2049 1.5 /
+# 2.9 ms, 4097 3.2 / 4.2, 6001 4.4 / 4.9, 8193 3.0 / 3.0, 20001 14.2 / 4.0, 70001 64 / 2.9.
+BLOCK_MOST_SPAN = 8192
 
 
 def block_rows_fit(plan: WindowPlan) -> bool:
