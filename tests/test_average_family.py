@@ -642,6 +642,41 @@ def test_block_sums_of_a_row_do_not_depend_on_its_segments(rank):
         assert short.tobytes() == whole[..., o:o + m].tobytes(), start
 
 
+# The last axis's rows share their padding (window_blocks.row_pitch) where one row's windows
+# reach past its inputs: symmetric, lopsided both ways, and padding longer than the row.
+SHARED_PADDING_CASES = [
+    Case((1, 2, 20, 9), [16, 9], auto_pad="SAME_UPPER", name="2d-same"),
+    Case((1, 2, 40, 11), [16, 8], pads=[0, 7, 1, 2], name="2d-more-before"),
+    Case((1, 2, 40, 11), [16, 8], pads=[1, 2, 0, 7], name="2d-more-after"),
+    Case((1, 1, 30, 7), [22, 6], pads=[1, 9, 1, 12], count_include_pad=1, name="2d-past-row"),
+    Case((1, 2, 6, 5, 9), [4, 4, 9], pads=[1, 0, 2, 1, 1, 6], name="3d-lopsided"),
+    Case((1, 1, 6, 6, 7), [4, 5, 7], dilations=[1, 1, 2], auto_pad="SAME_LOWER", dtype=F16,
+         name="3d-dilated"),
+]
+
+
+@pytest.mark.parametrize("case", SHARED_PADDING_CASES, ids=ids(SHARED_PADDING_CASES))
+def test_rows_sharing_their_padding_keep_to_their_own_inputs(case, monkeypatch):
+    """Each row's first and last inputs are an inf, a -inf or a NaN: a window that read a
+    neighbouring row's inputs through the padding the rows share would hold one and give
+    inf or NaN where the oracle's average is finite (or the other way round)."""
+    arguments = []
+    block_sum_calls(monkeypatch, arguments)
+    x = case.data()
+    x[..., 0] = np.inf
+    x[..., -1] = -np.inf
+    x[..., 1, 0] = np.nan
+    got = pooled("average", case, x)
+    dims = arguments[0][3]
+    last = dims.shape[1] - 1
+    assert dims[window_blocks.RUNNING, last] == 1
+    pad, length = dims[window_blocks.PAD_BEGIN, last], dims[window_blocks.PADDED, last]
+    assert window_blocks.row_pitch(pad, length, dims[window_blocks.N, last],
+                                   dims[window_blocks.OUT, last]) < length
+    want, info = pooled("average", case, x, by=oracle)
+    oracle.assert_within_bound(got, want, info, case.dtype, "average")
+
+
 def test_block_sums_store_one_nan():
     """Which of two NaNs an x86 sum keeps depends on the order of its operands, which LLVM
     may choose: the block sums store every NaN as one quiet NaN."""

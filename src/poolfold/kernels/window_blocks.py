@@ -59,8 +59,9 @@ planes are fewer than threads: :func:`_band`; 1-D rows a group of planes at a ti
 
 - rank 1: the rows' terms staged with their padding, a segment at a time (window by
   window, a segment of a vector's worth of rows), then the last axis;
-- rank 2: the first axis from X into rows of its sums laid out at the last axis's padded
-  pitch (zeros in the padding), then the last axis over those rows;
+- rank 2: the first axis from X into rows of its sums, zeros in their padding, a row's
+  padding after its inputs the next row's before them (:func:`row_pitch`), then the last
+  axis over those rows;
 - rank 3: the first axis from X into a stack of slices of its sums, then each slice as a
   2-D plane of terms.
 
@@ -477,22 +478,40 @@ def _prefix(partial, row, src, src_at, base, held, upto, phase, d, pad, n, width
     return max(held, upto)
 
 
+@njit
+def row_pitch(pad: int, length: int, n: int, out: int) -> int:
+    """How far apart :func:`_rows_of_slice` lays the rows the last axis is summed over:
+    rows of ``length`` padded positions, ``out`` windows, inputs from position ``pad``
+    (``n`` of them, those the windows reach).  A row's padding after its inputs is the next
+    row's before them, so the rows are as far apart as the longer of the two needs (and at
+    least ``out``, so that a doubling's group of rows fits its segment): every window reads
+    the zeros and inputs it read in a row of its own, and the last axis takes fewer
+    positions (63 taps SAME over 64 inputs: 95 a row, not 126)."""
+    if pad < 0:
+        return length
+    cols = max(0, min(n, length - pad))
+    return min(length, max(length - pad, pad + cols, out))
+
+
 @uncounted_helper
 def _rows_of_slice(rows, src, src_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len_a, offset_a,
-                   run_a, pad_l, len_l, partial, mark, p):
+                   run_a, pad_l, len_l, pitch, partial, mark, p):
     """The sums along the axis before the last of ``src[src_at:]`` viewed as ``(n_a, n_l)``,
-    output row o at ``rows[o * len_l + pad_l:]`` (the inputs the last axis's windows reach),
-    the rest of each row of ``len_l`` positions zeros."""
+    output row o at ``rows[o * pitch + pad_l:]`` (the inputs the last axis's windows reach:
+    rows of ``len_l`` padded positions, :func:`row_pitch` apart), zeros around them up to
+    the last row's ``len_l`` positions."""
     u = np.uint64
     cols = max(0, min(n_l, len_l - pad_l))
     for o in range(out_a):
-        at = o * len_l
-        for j in range(min(pad_l, len_l)):
+        at = o * pitch
+        for j in range(min(pad_l, pitch)):
             rows[u(at + j)] = 0.0
-        for j in range(pad_l + cols, len_l):
+        for j in range(pad_l + cols, pitch):
             rows[u(at + j)] = 0.0
+    for j in range(out_a * pitch, (out_a - 1) * pitch + len_l):
+        rows[u(j)] = 0.0
     if cols > 0:
-        _leading_axis(rows, pad_l, len_l, src, src_at, n_a, n_l, cols, out_a, k_a, s_a, d_a,
+        _leading_axis(rows, pad_l, pitch, src, src_at, n_a, n_l, cols, out_a, k_a, s_a, d_a,
                       pad_a, len_a, offset_a, run_a, partial, mark, p)
 
 
@@ -752,6 +771,7 @@ def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, 
     sum was not finite."""
     n_a, out_a, k_a, s_a, d_a, _, _, run_a, _ = _axis(dims, 0)
     n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l, _ = _axis(dims, 1)
+    pitch = row_pitch(pad_l, len_l, n_l, out_l)
     oa, ob = _band(dims, band, bands)
     step = _pass_step(oa, ob, at_once)
     flagged = False
@@ -759,8 +779,8 @@ def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, 
         pb = min(ob, pa + step)
         pad_a, len_a, offset_a = _first_axis_from(dims, pa, pb)
         _rows_of_slice(row_sums, x_flat, x_at, n_a, n_l, pb - pa, k_a, s_a, d_a, pad_a, len_a,
-                       offset_a, run_a, pad_l, len_l, part, mark, p)
-        flagged |= _last_axis(y_flat, y_at + pa * out_l, out_l, row_sums, 0, len_l, pb - pa, 0,
+                       offset_a, run_a, pad_l, len_l, pitch, part, mark, p)
+        flagged |= _last_axis(y_flat, y_at + pa * out_l, out_l, row_sums, 0, pitch, pb - pa, 0,
                               out_l, k_l, s_l, d_l, run_l, starts, (pb - pa) * len_l + SLACK,
                               segment, pieces, lanes, lane_sums, sums, factors[0], pa,
                               factors[1], 0, mode, p, patch)
@@ -782,8 +802,8 @@ def block_sums_2d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
                   at_once, start, stop):
     """Pool work items ``[start, stop)`` of ``x`` (planes, input size) into ``y`` (planes,
     output size), ``bands`` items a plane (bands of its first axis's outputs: see
-    :func:`_band`), ``at_once`` of those outputs a pass: the first axis into rows at the
-    last axis's padded pitch, then the last axis; AVERAGE multiplies each window's sum by
+    :func:`_band`), ``at_once`` of those outputs a pass: the first axis into rows
+    :func:`row_pitch` apart, then the last axis; AVERAGE multiplies each window's sum by
     ``factors[0, o0] * factors[1, o1]``.  See :func:`block_sums_1d` for the rest
     (``flagged`` marks items)."""
     starts, segment = segments[STARTS], segments[POSITIONS]
@@ -811,6 +831,7 @@ def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, 
     n_0, out_0, k_0, s_0, d_0, _, _, run_0, _ = _axis(dims, 0)
     n_a, out_a, k_a, s_a, d_a, pad_a, len_a, run_a, offset_a = _axis(dims, 1)
     n_l, out_l, k_l, s_l, d_l, pad_l, len_l, run_l, _ = _axis(dims, 2)
+    pitch = row_pitch(pad_l, len_l, n_l, out_l)
     oa, ob = _band(dims, band, bands)
     step = _pass_step(oa, ob, at_once)
     slice_in = n_a * n_l
@@ -824,9 +845,10 @@ def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, 
             for o in range(out_a):
                 lead[o] = factors[0, o0] * factors[1, o]
             _rows_of_slice(row_sums, sums0, (o0 - pa) * slice_in, n_a, n_l, out_a, k_a, s_a,
-                           d_a, pad_a, len_a, offset_a, run_a, pad_l, len_l, part, _SUMS, p)
+                           d_a, pad_a, len_a, offset_a, run_a, pad_l, len_l, pitch, part,
+                           _SUMS, p)
             flagged |= _last_axis(y_flat, y_at + o0 * out_a * out_l, out_l, row_sums, 0,
-                                  len_l, out_a, 0, out_l, k_l, s_l, d_l, run_l, starts,
+                                  pitch, out_a, 0, out_l, k_l, s_l, d_l, run_l, starts,
                                   out_a * len_l + SLACK, segment, pieces, lanes, lane_sums,
                                   sums, lead, 0, factors[2], 0, mode, p, patch)
     return flagged
