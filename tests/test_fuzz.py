@@ -118,6 +118,27 @@ def test_judge_reads_a_nested_attribute_a_version_lacks():
     assert outcome == "error" and "contract: invalid" in message, message
 
 
+@pytest.mark.parametrize("op", ["max_unpool", "nhwc.max_unpool"])
+def test_judge_takes_an_empty_nested_list_of_indices_as_ints(op):
+    """Found by the campaign (seed 1305): I given as nested lists holding no element (X has
+    a spatial axis of 0) reads as float64 in numpy, and the judge wanted it refused; the ops
+    take a list of no Python ints as int64, as they take any list of ints."""
+    from fuzz import judge
+
+    x_shape = (1, 5, 5, 0) if op == "max_unpool" else (1, 5, 0, 5)
+    spec = {"op": op, "x": {"dtype": "float64", "shape": x_shape, "layout": (),
+                            "values": "bits", "seed": 52},
+            "kwargs": {"kernel_shape": [3, 3], "strides": [3, 3], "pads": [1, 0, 0, 0]},
+            "indices": {"kind": "list", "seed": 373}, "output_shape": ("grow", (0, 0))}
+    outcome, message = judge.judge(spec)
+    assert outcome == "value", message
+    x = np.zeros(x_shape)
+    unpool = poolfold.max_unpool if op == "max_unpool" else poolfold.nhwc.max_unpool
+    no_ints = [[[[]] * 5] * 5]  # I's NCHW shape, (1, 5, 5, 0)
+    y = unpool(x, no_ints, [3, 3], strides=[3, 3], output_shape=[1, 5, 14, 1])
+    assert y.dtype == np.float64 and not y.any()
+
+
 @pytest.mark.parametrize("bad", [7, None, "abc", b"\x01\x01\x04", 2.5])
 def test_max_pool_shape_refuses_a_shape_that_is_not_a_sequence(bad):
     with pytest.raises(PoolfoldTypeError, match="MaxPool-22: input 'X' shape"):

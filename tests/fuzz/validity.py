@@ -317,8 +317,8 @@ def _max_unpool(op, args, kwargs):
         either = "I given as a list"
         indices = _data(indices, "I", 0)
     if indices.dtype != np.int64:
-        if indices.dtype.kind in "iu" and either:
-            pass  # a list of Python ints: numpy makes it int64 or uint64
+        if either and (indices.dtype.kind in "iu" or indices.size == 0):
+            pass  # a list of Python ints: numpy makes it int64 or uint64, float64 if empty
         else:
             _invalid(f"I of type {indices.dtype}")
     if list(indices.shape) != shape:
