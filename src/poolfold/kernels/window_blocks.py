@@ -486,9 +486,8 @@ def row_pitch(pad: int, length: int, n: int, out: int) -> int:
     row's before them, so the rows are as far apart as the longer of the two needs (and at
     least ``out``, so that a doubling's group of rows fits its segment): every window reads
     the zeros and inputs it read in a row of its own, and the last axis takes fewer
-    positions (63 taps SAME over 64 inputs: 95 a row, not 126)."""
-    if pad < 0:
-        return length
+    positions (63 taps SAME over 64 inputs: 95 a row, not 126).  A negative ``pad`` (the
+    first window starts past the first input) gives rows a whole ``length`` apart."""
     cols = max(0, min(n, length - pad))
     return min(length, max(length - pad, pad + cols, out))
 
