@@ -677,6 +677,26 @@ def test_rows_sharing_their_padding_keep_to_their_own_inputs(case, monkeypatch):
     oracle.assert_within_bound(got, want, info, case.dtype, "average")
 
 
+def test_block_sums_windows_between_grouped_rows_change_no_average(monkeypatch):
+    """Short rows have their last axis's windows summed several rows at a time, as one row:
+    the windows that start between one row's outputs and the next's add values of both and
+    are stored by no output.  Where such a window overflows float32 (the last input of one
+    row and the first of the next, 3e38 each, 32 positions apart, while each output's
+    window holds one of them), the plane is marked and summed again in float64, and every
+    average stays the float32 sums' own: all finite, within the oracle's bound."""
+    arguments = []
+    ran = block_sum_calls(monkeypatch, arguments)
+    x = np.zeros((1, 2, 8, 64), np.float32)
+    x[0, :, 2, -1] = x[0, :, 3, 0] = np.float32(3e38)
+    x[0, 1, :, :] += np.linspace(0, 1, 512, dtype=np.float32).reshape(8, 64)
+    case = Case(x.shape, [63, 63], auto_pad="SAME_UPPER")
+    got = pooled("average", case, x)
+    assert ran and arguments[0][2].any(), "the windows between rows were not summed"
+    assert np.isfinite(got).all()
+    want, info = pooled("average", case, x, by=oracle)
+    oracle.assert_within_bound(got, want, info, case.dtype, "average")
+
+
 def test_block_sums_store_one_nan():
     """Which of two NaNs an x86 sum keeps depends on the order of its operands, which LLVM
     may choose: the block sums store every NaN as one quiet NaN."""
