@@ -677,6 +677,27 @@ def test_rows_sharing_their_padding_keep_to_their_own_inputs(case, monkeypatch):
     oracle.assert_within_bound(got, want, info, case.dtype, "average")
 
 
+def test_block_inputs_bound_the_leading_axis_cache():
+    """A leading axis by blocks sizes its steps of columns by the most inputs one block
+    holds (at least the suffixes it takes): counted here position by position, every
+    phase's blocks of k taps from where the row's blocks start, OFFSET positions before its
+    first position (inputs there too where the row starts past the first input)."""
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        n, k, d = int(rng.integers(1, 40)), int(rng.integers(2, 20)), int(rng.integers(1, 4))
+        pad, offset = int(rng.integers(-5, 25)), int(rng.integers(0, k * d))
+        length = int(rng.integers(1, 90))
+        held = {}  # (phase, block) -> inputs
+        for j in range(length + offset):  # positions from the blocks' start
+            if 0 <= j - offset - pad < n:
+                key = (j % d, j // d // k)
+                held[key] = held.get(key, 0) + 1
+        want = max(held.values(), default=0)
+        got = window_blocks._inputs_a_block_holds(n, k, d, pad, length, offset)
+        assert got == want, (n, k, d, pad, length, offset)
+    assert window_blocks._inputs_a_block_holds(64, 63, 1, 31, 126, 0) == 32
+
+
 def test_block_sums_windows_between_grouped_rows_change_no_average(monkeypatch):
     """Short rows have their last axis's windows summed several rows at a time, as one row:
     the windows that start between one row's outputs and the next's add values of both and
