@@ -703,8 +703,8 @@ def test_block_sums_windows_between_grouped_rows_change_no_average(monkeypatch):
     the windows that start between one row's outputs and the next's add values of both and
     are stored by no output.  Where such a window overflows float32 (the last input of one
     row and the first of the next, 3e38 each, 32 positions apart, while each output's
-    window holds one of them), the plane is marked and summed again in float64, and every
-    average stays the float32 sums' own: all finite, within the oracle's bound."""
+    window holds one of them), the plane is marked and summed again in float64, which
+    changes no average: all finite, within the oracle's bound."""
     arguments = []
     ran = block_sum_calls(monkeypatch, arguments)
     x = np.zeros((1, 2, 8, 64), np.float32)

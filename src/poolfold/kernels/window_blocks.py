@@ -307,6 +307,16 @@ def suffix_positions(dims, leading: int) -> int:
     return most
 
 
+@njit(inline="always")
+def _phase_inputs(phase, d, pad, n, length):
+    """Dilation phase ``phase`` of a row padded by ``pad`` (positions j < ``length``, input
+    j - pad of ``n``): its positions, and the first and last of them that hold an input
+    (none where last < first)."""
+    chain = (length - 1 - phase) // d + 1
+    first = max(0, -((phase - pad) // d))
+    return chain, first, min(chain - 1, (pad + n - 1 - phase) // d)
+
+
 @njit
 def _inputs_a_block_holds(n, k, d, pad, length, offset):
     """The most inputs one block of a leading axis by blocks holds, over its phases, its
@@ -317,9 +327,7 @@ def _inputs_a_block_holds(n, k, d, pad, length, offset):
     length += offset
     most = 0
     for phase in range(min(d, length)):
-        chain = (length - 1 - phase) // d + 1
-        first = max(0, -((phase - pad) // d))
-        last = min(chain - 1, (pad + n - 1 - phase) // d)
+        _, first, last = _phase_inputs(phase, d, pad, n, length)
         if last - first + 1 >= 2 * k - 1:
             return k
         for q in range(first // k, last // k + 1):
@@ -428,9 +436,7 @@ def _running_columns(dst, dst_at, dst_pitch, src, src_at, n, width, cw, out, k, 
     pad += offset  # position j of the row is position j - offset of the caller's
     length += offset
     for phase in range(min(d, length)):
-        chain = (length - 1 - phase) // d + 1  # positions of this phase
-        first = max(0, -((phase - pad) // d))  # the phase's positions holding inputs
-        last = min(chain - 1, (pad + n - 1 - phase) // d)  # (none where last < first)
+        chain, first, last = _phase_inputs(phase, d, pad, n, length)
         nxt, whole = u(k) * w, u(k + 1) * w
         _prefix(partial, whole, src, src_at, 0, 0, min(k, chain), phase, d, pad, n, width, cw,
                 mark, p)  # the first block's whole prefix
