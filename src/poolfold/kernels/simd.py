@@ -800,3 +800,134 @@ def transpose_tile(typingctx, dst, dst_at, dst_pitch, stores, src, src_at, src_p
 
     return (types.boolean(dst, types.int64, types.int64, types.int64, src, types.int64,
                           types.int64, types.int64), codegen)
+
+
+# The fields of one entry of a block program (:func:`run_block_program`), an int64 row;
+# a field of -1 does nothing.  RESET: 1 sets the running sum to -0.0 (so that its first
+# term is copied, bit for bit), 2 to +0.0 (a padding position's zero); TERM: a term added
+# from ``src``; SUFFIX: a sum of ``partial`` added to what ``TO`` stores; TO: where ``dst``
+# takes the running sum (plus the suffix); KEEP: where ``partial`` takes the running sum.
+RESET, TERM, SUFFIX, TO, KEEP = range(5)
+PROGRAM_FIELDS = 5
+# Vectors side by side in a block program's columns (each entry's loads wait on nothing but
+# the running sum of their own columns).
+PROGRAM_UNROLL = 8
+
+
+def _program_columns(context, builder, signature, args, c, width, vectors):
+    """Run the program over the ``vectors`` vectors of ``width`` lanes from column ``c``."""
+    dst_v, dst_at_v, partial_v, src_v, src_at_v, program_v, first_v, entries_v, _ = args
+    i64 = ir.IntType(64)
+    dtype = signature.args[0].dtype
+    element_type = context.get_data_type(dtype)
+    vector_type = ir.VectorType(element_type, width)
+    arrays = [(signature.args[k], v) for k, v in ((0, dst_v), (2, partial_v), (3, src_v))]
+    dst_base, partial_base, src_base = [_pointer(context, builder, t, v) for t, v in arrays]
+    dst_size, partial_size, src_size = [context.make_array(t)(context, builder, v).nitems
+                                        for t, v in arrays]
+    program_base = _pointer(context, builder, signature.args[5], program_v)
+    reach = ir.Constant(i64, width - 1)
+    zero, minus = ir.Constant(i64, 0), ir.Constant(i64, -1)
+    negative_zero = ir.Constant(vector_type, [-0.0] * width)
+    positive_zero = ir.Constant(vector_type, [0.0] * width)
+    steps = [builder.add(c, ir.Constant(i64, u * width)) for u in range(vectors)]
+    held = [cgutils.alloca_once(builder, vector_type) for _ in steps]
+    for h in held:
+        builder.store(positive_zero, h)
+
+    def vectors_at(base, size, at):
+        out = []
+        for step in steps:
+            i = builder.add(at, step)
+            _check(context, builder, i, builder.add(i, reach), size)
+            out.append(_load(builder, base, i, vector_type))
+        return out
+
+    def store_at(base, size, at, values):
+        for step, value in zip(steps, values):
+            i = builder.add(at, step)
+            _check(context, builder, i, builder.add(i, reach), size)
+            _store(builder, base, i, value)
+
+    with cgutils.for_range(builder, entries_v, intp=i64) as loop:
+        row = builder.add(first_v, builder.mul(loop.index, ir.Constant(i64, PROGRAM_FIELDS)))
+
+        def field(f):
+            return builder.load(builder.gep(program_base, [builder.add(row, ir.Constant(i64,
+                                                                                      f))]))
+
+        reset = field(RESET)
+        with builder.if_then(builder.icmp_signed(">", reset, zero)):
+            start = builder.select(builder.icmp_signed("==", reset, ir.Constant(i64, 1)),
+                                   negative_zero, positive_zero)
+            for h in held:
+                builder.store(start, h)
+        term = field(TERM)
+        with builder.if_then(builder.icmp_signed(">", term, minus)):
+            terms = vectors_at(src_base, src_size, builder.add(src_at_v, term))
+            for h, v in zip(held, terms):
+                builder.store(builder.fadd(builder.load(h), v), h)
+        to = field(TO)
+        with builder.if_then(builder.icmp_signed(">", to, minus)):
+            suffix = field(SUFFIX)
+            at = builder.add(dst_at_v, to)
+            with builder.if_else(builder.icmp_signed(">", suffix, minus)) as (added, alone):
+                with added:
+                    sums = vectors_at(partial_base, partial_size, suffix)
+                    store_at(dst_base, dst_size, at,
+                             [builder.fadd(builder.load(h), v) for h, v in zip(held, sums)])
+                with alone:
+                    store_at(dst_base, dst_size, at, [builder.load(h) for h in held])
+        keep = field(KEEP)
+        with builder.if_then(builder.icmp_signed(">", keep, minus)):
+            store_at(partial_base, partial_size, keep, [builder.load(h) for h in held])
+
+
+def _halvings(n: int) -> list[int]:
+    """n, n / 2, n / 4 ... 1 (n a power of two)."""
+    return [n >> i for i in range(n.bit_length())]
+
+
+@intrinsic
+def run_block_program(typingctx, dst, dst_at, partial, src, src_at, program, first, entries,
+                      cols):
+    """Run ``entries`` entries of a block program (``program[first:]``, rows of
+    :data:`PROGRAM_FIELDS`: see :data:`RESET`) over ``cols`` columns, column by column:
+    a running sum (one per column) takes each entry in turn, its terms at ``src[src_at +
+    TERM + c]``, its suffixes at ``partial[SUFFIX + c]``, its stores at ``dst[dst_at + TO +
+    c]`` and ``partial[KEEP + c]``.  The sums of a leading axis by blocks
+    (:mod:`poolfold.kernels.window_blocks`): the running sum of a run of positions stays in
+    registers, where numba's loops, one row of columns at a time, stored it and loaded it
+    back for each position.  Sums of the same type as their terms; ``dst``, ``partial`` and
+    ``src`` distinct arrays, the program's offsets inside them."""
+    if not (_arrays_of(dst, partial, _floats) and _arrays_of(dst, src, _floats)
+            and isinstance(program, types.Array) and program.dtype == types.int64):
+        return None
+    dtype = dst.dtype
+
+    def codegen(context, builder, signature, args):
+        cols_v = args[8]
+        i64 = ir.IntType(64)
+        lanes = _lanes(dtype)
+        block = ir.Constant(i64, lanes * PROGRAM_UNROLL)
+        blocks = builder.sdiv(cols_v, block)
+        with cgutils.for_range(builder, blocks, intp=i64) as loop:
+            _program_columns(context, builder, signature, args,
+                             builder.mul(loop.index, block), lanes, PROGRAM_UNROLL)
+        done = cgutils.alloca_once_value(builder, builder.mul(blocks, block))
+        # the vectors left, fewer than PROGRAM_UNROLL: a run of half as many, of a quarter
+        # ..., each once at most (where one vector at a time ran the program over 64 columns
+        # four times); then the columns left, fewer than a vector: one narrower vector of
+        # half a vector's lanes, of a quarter ..., each once at most
+        runs = [(lanes, v) for v in _halvings(PROGRAM_UNROLL // 2)]
+        runs += [(w, 1) for w in _halvings(lanes // 2)]
+        for width, vectors in runs:
+            span = ir.Constant(i64, width * vectors)
+            at = builder.load(done)
+            with builder.if_then(builder.icmp_signed("<=", builder.add(at, span), cols_v)):
+                _program_columns(context, builder, signature, args, at, width, vectors)
+                builder.store(builder.add(at, span), done)
+        return context.get_dummy_value()
+
+    return (types.void(dst, types.int64, partial, src, types.int64, program, types.int64,
+                       types.int64, types.int64), codegen)

@@ -79,9 +79,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import kernel, uncounted_helper
+from numba import types
+
+from . import helper_overload, kernel, uncounted_helper
 from .half import narrow_to
-from .simd import add_pair, add_vectors, sum_vectors_screened, transpose_tile, vector_width
+from .simd import (KEEP, PROGRAM_FIELDS, RESET, SUFFIX, TERM, TO, add_pair, add_vectors,
+                   run_block_program, sum_vectors_screened, transpose_tile, vector_width)
 from .window_sum import AVERAGE, ROOT, _term, widen
 
 # Rows of ``dims`` (one column per spatial axis): input and output sizes, kernel, stride,
@@ -300,10 +303,10 @@ def leading_columns(k: int, running: bool, itemsize: int) -> int:
 @njit
 def suffix_positions(dims, leading: int) -> int:
     """The scratch, in elements, of the block sums' ``leading`` leading axes (see
-    :func:`_running_columns`): k + 2 positions of up to :data:`COLUMNS` columns."""
+    :func:`_leading_axis`): k + 3 positions of up to :data:`COLUMNS` columns."""
     most = 0
     for a in range(leading):
-        most = max(most, (dims[KERNEL, a] + 2) * COLUMNS)
+        most = max(most, (dims[KERNEL, a] + 3) * COLUMNS)
     return most
 
 
@@ -371,50 +374,136 @@ def _add_term(dst, to, first, first_at, src, at, present, cols, mark, p):
             dst[to + c] = first[first_at + c] + zero
 
 
+@njit(inline="always")
+def _column_step(cols, held, running, itemsize):
+    """The columns of each of a leading axis's steps over ``cols`` columns: about equal
+    steps of at most :func:`leading_columns`, whole vectors of 16 but the last."""
+    most = leading_columns(max(1, held), running, itemsize)
+    steps = (cols + most - 1) // most
+    return min(most, ((cols + steps - 1) // steps + 15) // 16 * 16)
+
+
 @uncounted_helper
 def _leading_axis(dst, dst_at, dst_pitch, src, src_at, n, width, cols, out, k, s, d, pad,
-                  length, offset, running, partial, mark, p):
+                  length, offset, running, partial, program, mark, p):
     """The sums along the leading axis of ``src[src_at:]`` viewed as ``(n, width)`` and
     padded by ``pad`` rows of zeros before it (positions j < ``length``: input row j - pad),
     of its first ``cols`` columns, into ``dst[dst_at + o * dst_pitch + c]`` (o < out, c <
     cols), in steps of about equal width of at most :func:`leading_columns` columns, the
     terms read from ``src`` as they are needed.  By blocks (``running``, see the module's
-    docstring; ``partial`` holds a block's suffixes and the next block's prefixes, k + 2
-    positions of those columns, its blocks ``offset`` positions into their pattern: see
-    :func:`block_offset`), else each window adds its taps in order."""
+    docstring), a block program (:func:`_block_program`, in ``program``) run over each
+    step's columns, ``partial`` holding a block's suffixes and the next block's prefix (k +
+    3 rows of a step), its blocks ``offset`` positions into their pattern (see
+    :func:`block_offset`); else each window adds its taps in order."""
     u = np.uint64
     # as many columns as keep the suffixes a block takes in the first-level cache
     held = _inputs_a_block_holds(n, k, d, pad, length, offset) if running else k
-    most = leading_columns(max(1, held), running, partial.itemsize)
-    steps = (cols + most - 1) // most
-    step = min(most, ((cols + steps - 1) // steps + 15) // 16 * 16)
+    step = _column_step(cols, held, running, partial.itemsize)
+    entries = 0
+    if running:
+        entries = _block_program(program, dst_pitch, width, step, n, k, s, d, pad, length,
+                                 offset, out)
     for c0 in range(0, cols, step):
         cw = min(step, cols - c0)
         to0 = dst_at + c0
         at0 = src_at + c0
-        if not running:
-            for o in range(out):
-                to = u(to0 + o * dst_pitch)
-                at, present = _term_row(src, at0, o * s, pad, n, width)
-                _term_into(dst, to, src, at, present, cw, mark, p)
-                for t in range(1, k):
-                    at, present = _term_row(src, at0, o * s + t * d, pad, n, width)
-                    _add_term(dst, to, dst, to, src, at, present, cw, mark, p)
+        if running:
+            _run_program(dst, to0, partial, src, at0, program, PROGRAM_AT, entries, cw,
+                         (k + 2) * step, mark, p)
             continue
-        _running_columns(dst, to0, dst_pitch, src, at0, n, width, cw, out, k, s, d, pad,
-                         length, offset, partial, mark, p)
+        for o in range(out):
+            to = u(to0 + o * dst_pitch)
+            at, present = _term_row(src, at0, o * s, pad, n, width)
+            _term_into(dst, to, src, at, present, cw, mark, p)
+            for t in range(1, k):
+                at, present = _term_row(src, at0, o * s + t * d, pad, n, width)
+                _add_term(dst, to, dst, to, src, at, present, cw, mark, p)
 
 
-@uncounted_helper
-def _running_columns(dst, dst_at, dst_pitch, src, src_at, n, width, cw, out, k, s, d, pad,
-                     length, offset, partial, mark, p):
-    """:func:`_leading_axis` by blocks, of ``cw`` columns.  Along each phase, block by
-    block: the block's suffixes into ``partial`` (k positions), then its windows in order,
-    each a suffix of the block plus the next block's prefix so far (the position after the
-    suffixes), a window that starts the block its whole prefix (the position after that).
-    The suffixes stay in the core's first-level cache and each term is read twice from
-    ``src``: terms staged first, then the row's prefixes and suffixes, stored and read
-    back, took 1.2-1.5x as long (63 taps, 64 columns).
+# A block program (:func:`_block_program`) starts with the key it was made for: its
+# entries, then the arguments that made it (so that the axis before the last of every slice
+# of a 3-D pass, the same axis each time, runs one program made once); its entries follow,
+# rows of simd.PROGRAM_FIELDS.
+KEY_FIELDS = 12
+PROGRAM_AT = KEY_FIELDS
+
+
+def program_room(padded: int, out: int, k: int, d: int) -> int:
+    """The int64 elements a block program of a leading axis holds at most: its key and an
+    entry per suffix, per prefix position and per window, and a few a block and a phase
+    (``padded`` positions, a row's, and up to k * d more before them: the offset of a
+    poolfold.dask slab's blocks)."""
+    positions = padded + k * d
+    return KEY_FIELDS + PROGRAM_FIELDS * (3 * positions + d * (k + 3) + out + 8)
+
+
+_program_room = njit(program_room)
+
+
+@njit
+def new_program(room):
+    """An empty block program of ``room`` elements (made for no arguments yet)."""
+    program = np.empty(room, np.int64)
+    program[:KEY_FIELDS] = -1
+    return program
+
+
+@njit
+def _program_of(dims, a):
+    """An empty block program with room for leading axis ``a`` of ``dims`` (none where it
+    is summed window by window)."""
+    if dims[RUNNING, a] != 1:
+        return new_program(KEY_FIELDS)
+    return new_program(_program_room(dims[PADDED, a], dims[OUT, a], dims[KERNEL, a],
+                                     dims[DILATION, a]))
+
+
+@njit(inline="always")
+def _entry(program, e, reset, term, suffix, to, keep):
+    """Append an entry to ``program`` (``e`` entries so far), or where it only stores and
+    the entry before it only adds (a prefix's last term), fill in that entry's stores: the
+    same sums, one entry fewer to run.  Returns the entries."""
+    at = PROGRAM_AT + (e - 1) * PROGRAM_FIELDS
+    if (reset == 0 and term < 0 and e > 0 and program[at + SUFFIX] < 0
+            and program[at + TO] < 0 and program[at + KEEP] < 0):
+        program[at + SUFFIX] = suffix
+        program[at + TO] = to
+        program[at + KEEP] = keep
+        return e
+    at += PROGRAM_FIELDS
+    program[at + RESET] = reset
+    program[at + TERM] = term
+    program[at + SUFFIX] = suffix
+    program[at + TO] = to
+    program[at + KEEP] = keep
+    return e + 1
+
+
+@njit(inline="always")
+def _prefix_entries(program, e, phase, base, held, upto, d, pad, n, width):
+    """Extend the running prefix of the phase's positions from ``base``, which holds
+    ``held`` of them, to ``upto``: the first its term (a padding position's zero: +0.0),
+    each next one added where it holds an input (a padding position's zero left out).
+    Returns the entries."""
+    for i in range(held, upto):
+        j = phase + (base + i) * d - pad  # the input row of position base + i
+        present = 0 <= j < n
+        if i == 0:
+            e = _entry(program, e, 1 if present else 2, j * width if present else -1, -1,
+                       -1, -1)
+        elif present:
+            e = _entry(program, e, 0, j * width, -1, -1, -1)
+    return e
+
+
+@njit
+def _block_program(program, dst_pitch, width, w, n, k, s, d, pad, length, offset, out):
+    """The program of a leading axis by blocks (run by :func:`_run_program` over each
+    step's columns): along each phase, block by block, the block's suffixes into rows of
+    ``partial`` (row t of ``w`` columns for the block's position t), then its windows in
+    order, each a suffix of the block plus the next block's prefix so far (a running sum;
+    a window that starts the block its whole prefix, kept in row k or k + 1).  Returns its
+    entries; a program already made for these arguments is kept as it is.
 
     Only the sums a window reads are taken: a block's suffixes from its last input down to
     its first window after its first position (none where no window starts past it), and
@@ -431,15 +520,22 @@ def _running_columns(dst, dst_at, dst_pitch, src, src_at, n, width, cw, out, k, 
     prefix of its own positions in the next, each added from the block's edge, so it is
     the one a longer row that holds it gives, bit for bit, wherever its blocks fall the
     same (a poolfold.dask slab of the whole tensor)."""
-    u = np.uint64
-    w = u(cw)
+    key = (dst_pitch, width, w, n, k, s, d, pad, length, offset, out)
+    same = program[0] >= 0
+    for i in range(KEY_FIELDS - 1):
+        same = same and program[1 + i] == key[i]
+    if same:
+        return program[0]
+    for i in range(KEY_FIELDS - 1):
+        program[1 + i] = key[i]
+    e = 0
     pad += offset  # position j of the row is position j - offset of the caller's
     length += offset
     for phase in range(min(d, length)):
         chain, first, last = _phase_inputs(phase, d, pad, n, length)
-        nxt, whole = u(k) * w, u(k + 1) * w
-        _prefix(partial, whole, src, src_at, 0, 0, min(k, chain), phase, d, pad, n, width, cw,
-                mark, p)  # the first block's whole prefix
+        nxt, whole = k * w, (k + 1) * w
+        e = _prefix_entries(program, e, phase, 0, 0, min(k, chain), d, pad, n, width)
+        e = _entry(program, e, 0, -1, -1, -1, whole)  # the first block's whole prefix
         for q in range(0, chain, k):  # the block of positions q ... q + k - 1 of the phase
             span = min(k, chain - q)
             after = q + k  # the next block's first position
@@ -450,33 +546,73 @@ def _running_columns(dst, dst_at, dst_pitch, src, src_at, n, width, cw, out, k, 
                     t_lo = min(t_lo, t)
                     reached = t + 1
             lo, hi = max(first - q, 0), min(last - q, span - 1)  # its inputs' places
-            bottom = max(lo, t_lo)
-            if bottom <= hi:
-                at, _ = _term_row(src, src_at, phase + (q + hi) * d, pad, n, width)
-                _term_into(partial, u(hi) * w, src, at, True, cw, mark, p)
-                for t in range(hi - 1, bottom - 1, -1):
-                    at, _ = _term_row(src, src_at, phase + (q + t) * d, pad, n, width)
-                    _add_term(partial, u(t) * w, partial, u(t + 1) * w, src, at, True, cw,
-                              mark, p)
+            for t in range(hi, max(lo, t_lo) - 1, -1):  # the suffixes it takes
+                e = _entry(program, e, 1 if t == hi else 0,
+                           (phase + (q + t) * d - pad) * width, -1, -1, t * w)
             held = 0  # the positions of the next block's prefix so far
             for t in range(0, max(1, reached)):
                 o = _window_at(phase + (q + t) * d - offset, s, out)
                 if o < 0:
                     continue  # no window starts here
-                to = u(dst_at + o * dst_pitch)
-                if t == 0:
-                    _copy(dst, to, partial, whole, cw)
+                if t == 0:  # the block's whole prefix
+                    e = _entry(program, e, 1, -1, whole, o * dst_pitch, -1)
                     continue
-                held = _prefix(partial, nxt, src, src_at, after, held, t, phase, d, pad, n,
-                               width, cw, mark, p)
-                if t > hi or lo > hi:  # no input from here to the block's end
-                    _copy(dst, to, partial, nxt, cw)
-                else:
-                    _add(dst, to, partial, u(max(t, lo)) * w, partial, nxt, cw)
+                e = _prefix_entries(program, e, phase, after, held, t, d, pad, n, width)
+                held = max(held, t)
+                # no input from here to the block's end: the prefix alone
+                suffix = -1 if t > hi or lo > hi else max(t, lo) * w
+                e = _entry(program, e, 0, -1, suffix, o * dst_pitch, -1)
             if after < chain:  # the next block's whole prefix
-                _prefix(partial, nxt, src, src_at, after, held, min(k, chain - after), phase,
-                        d, pad, n, width, cw, mark, p)
+                e = _prefix_entries(program, e, phase, after, held, min(k, chain - after),
+                                    d, pad, n, width)
+                e = _entry(program, e, 0, -1, -1, -1, nxt)
                 nxt, whole = whole, nxt
+    program[0] = e
+    return e
+
+
+def _run_program(dst, dst_at, partial, src, src_at, program, first, entries, cols, acc_at,
+                 mark, p):  # pragma: no cover - replaced by the overload inside numba
+    raise NotImplementedError
+
+
+@helper_overload(_run_program)
+def _run_program_overload(dst, dst_at, partial, src, src_at, program, first, entries, cols,
+                          acc_at, mark, p):
+    """Run a block program over ``cols`` columns: terms that are their own values in the
+    sums' type by :func:`poolfold.kernels.simd.run_block_program` (the running sums in
+    registers), others (half types, LpPool's terms, float32 terms of float64 sums) by
+    numba's loops, the running sums in ``partial[acc_at:]``."""
+    if src.dtype == dst.dtype and mark.dtype == types.int8:
+        def in_registers(dst, dst_at, partial, src, src_at, program, first, entries, cols,
+                         acc_at, mark, p):
+            run_block_program(dst, dst_at, partial, src, src_at, program, first, entries,
+                              cols)
+        return in_registers
+
+    def by_rows(dst, dst_at, partial, src, src_at, program, first, entries, cols, acc_at,
+                mark, p):
+        u = np.uint64
+        acc = u(acc_at)
+        for e in range(entries):
+            at = first + e * PROGRAM_FIELDS
+            reset, term = program[at + RESET], program[at + TERM]
+            suffix, to, keep = program[at + SUFFIX], program[at + TO], program[at + KEEP]
+            if reset > 0:
+                start = narrow_to(-0.0 if reset == 1 else 0.0, partial)
+                for c in range(u(cols)):
+                    partial[acc + c] = start
+            if term >= 0:
+                _add_term(partial, acc, partial, acc, src, u(src_at + term), True, cols,
+                          mark, p)
+            if to >= 0 and suffix >= 0:
+                _add(dst, u(dst_at + to), partial, acc, partial, u(suffix), cols)
+            elif to >= 0:
+                _copy(dst, u(dst_at + to), partial, acc, cols)
+            if keep >= 0:
+                _copy(partial, u(keep), partial, acc, cols)
+
+    return by_rows
 
 
 @njit(inline="always")
@@ -490,22 +626,6 @@ def _window_at(j, s, out):
         return j if j < out else -1
     o = j // s
     return o if o * s == j and o < out else -1
-
-
-@njit(inline="always")
-def _prefix(partial, row, src, src_at, base, held, upto, phase, d, pad, n, width, cw, mark,
-            p):
-    """Extend the prefix in ``partial[row:][:cw]`` of the phase's positions from ``base``,
-    which holds ``held`` of them, to ``upto``: the first its term (zeros over padding), each
-    next one added where it holds an input (a padding position's zero left out).  Returns
-    the positions it holds."""
-    for i in range(held, upto):
-        at, present = _term_row(src, src_at, phase + (base + i) * d, pad, n, width)
-        if i == 0:
-            _term_into(partial, row, src, at, present, cw, mark, p)
-        elif present:
-            _add_term(partial, row, partial, row, src, at, True, cw, mark, p)
-    return max(held, upto)
 
 
 @njit
@@ -524,7 +644,7 @@ def row_pitch(pad: int, length: int, n: int, out: int) -> int:
 
 @uncounted_helper
 def _rows_of_slice(rows, src, src_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len_a, offset_a,
-                   run_a, pad_l, len_l, pitch, partial, mark, p):
+                   run_a, pad_l, len_l, pitch, partial, program, mark, p):
     """The sums along the axis before the last of ``src[src_at:]`` viewed as ``(n_a, n_l)``,
     output row o at ``rows[o * pitch + pad_l:]`` (the inputs the last axis's windows reach:
     rows of ``len_l`` padded positions, :func:`row_pitch` apart), zeros around them up to
@@ -541,7 +661,7 @@ def _rows_of_slice(rows, src, src_at, n_a, n_l, out_a, k_a, s_a, d_a, pad_a, len
         rows[u(j)] = 0.0
     if cols > 0:
         _leading_axis(rows, pad_l, pitch, src, src_at, n_a, n_l, cols, out_a, k_a, s_a, d_a,
-                      pad_a, len_a, offset_a, run_a, partial, mark, p)
+                      pad_a, len_a, offset_a, run_a, partial, program, mark, p)
 
 
 @uncounted_helper
@@ -797,7 +917,7 @@ def block_sums_1d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
 
 @uncounted_helper
 def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, mark, p, part,
-              row_sums, lanes, lane_sums, sums, pieces, patch, band, bands, at_once):
+              program, row_sums, lanes, lane_sums, sums, pieces, patch, band, bands, at_once):
     """Band ``band`` of ``bands`` of one plane of :func:`block_sums_2d` (see :func:`_band`),
     ``at_once`` of its first axis's outputs a pass, in the type of the buffers; whether a
     sum was not finite."""
@@ -811,7 +931,7 @@ def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, 
         pb = min(ob, pa + step)
         pad_a, len_a, offset_a = _first_axis_from(dims, pa, pb)
         _rows_of_slice(row_sums, x_flat, x_at, n_a, n_l, pb - pa, k_a, s_a, d_a, pad_a, len_a,
-                       offset_a, run_a, pad_l, len_l, pitch, part, mark, p)
+                       offset_a, run_a, pad_l, len_l, pitch, part, program, mark, p)
         flagged |= _last_axis(y_flat, y_at + pa * out_l, out_l, row_sums, 0, pitch, pb - pa, 0,
                               out_l, k_l, s_l, d_l, run_l, starts, (pb - pa) * len_l + SLACK,
                               segment, pieces, lanes, lane_sums, sums, factors[0], pa,
@@ -822,10 +942,10 @@ def _plane_2d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, 
 @njit
 def _plane_buffers_2d(dims, starts, segment, levels, acc, at_once):
     """:func:`_plane_2d`'s scratch of ``acc``'s type (a pass's row sums, then the doubling's
-    levels)."""
+    levels), and the first axis's block program."""
     t = acc.dtype
     rows = at_once * dims[PADDED, 1] + SLACK + _level_room(levels, segment)
-    return (np.empty(suffix_positions(dims, 1), t), np.empty(rows, t),
+    return (np.empty(suffix_positions(dims, 1), t), _program_of(dims, 0), np.empty(rows, t),
             *_lane_buffers(starts, segment, dims[RUNNING, 1] == 1, acc))
 
 
@@ -841,22 +961,22 @@ def block_sums_2d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     starts, segment = segments[STARTS], segments[POSITIONS]
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
-    part, row_sums, lanes, lane_sums, sums, pieces = _plane_buffers_2d(
+    part, program, row_sums, lanes, lane_sums, sums, pieces = _plane_buffers_2d(
         dims, starts, segment, segments[LEVELS], acc, at_once)
     for item in range(start, stop):
         if patch and flagged[item] == 0:
             continue
         plane = item // bands
         if _plane_2d(x_flat, plane * x.shape[1], y_flat, plane * y.shape[1], dims, starts,
-                     segment, factors, mode, mark, p, part, row_sums, lanes, lane_sums, sums,
-                     pieces, patch, item % bands, bands, at_once):
+                     segment, factors, mode, mark, p, part, program, row_sums, lanes,
+                     lane_sums, sums, pieces, patch, item % bands, bands, at_once):
             flagged[item] = 1
 
 
 @uncounted_helper
 def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, mark, p, lead,
-              part, row_sums, sums0, lanes, lane_sums, sums, pieces, patch, band, bands,
-              at_once):
+              part, program_0, program_a, row_sums, sums0, lanes, lane_sums, sums, pieces,
+              patch, band, bands, at_once):
     """Band ``band`` of ``bands`` of one plane of :func:`block_sums_3d` (see :func:`_band`),
     ``at_once`` of its first axis's outputs a pass, in the type of the buffers; whether a
     sum was not finite."""
@@ -872,13 +992,13 @@ def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, 
         pb = min(ob, pa + step)
         pad_0, len_0, offset_0 = _first_axis_from(dims, pa, pb)
         _leading_axis(sums0, 0, slice_in, x_flat, x_at, n_0, slice_in, slice_in, pb - pa,
-                      k_0, s_0, d_0, pad_0, len_0, offset_0, run_0, part, mark, p)
+                      k_0, s_0, d_0, pad_0, len_0, offset_0, run_0, part, program_0, mark, p)
         for o0 in range(pa, pb):
             for o in range(out_a):
                 lead[o] = factors[0, o0] * factors[1, o]
             _rows_of_slice(row_sums, sums0, (o0 - pa) * slice_in, n_a, n_l, out_a, k_a, s_a,
                            d_a, pad_a, len_a, offset_a, run_a, pad_l, len_l, pitch, part,
-                           _SUMS, p)
+                           program_a, _SUMS, p)
             flagged |= _last_axis(y_flat, y_at + o0 * out_a * out_l, out_l, row_sums, 0,
                                   pitch, out_a, 0, out_l, k_l, s_l, d_l, run_l, starts,
                                   out_a * len_l + SLACK, segment, pieces, lanes, lane_sums,
@@ -889,11 +1009,13 @@ def _plane_3d(x_flat, x_at, y_flat, y_at, dims, starts, segment, factors, mode, 
 @njit
 def _plane_buffers_3d(dims, starts, segment, levels, acc, at_once):
     """:func:`_plane_3d`'s scratch of ``acc``'s type (the row sums then the doubling's
-    levels, a pass's first-axis sums)."""
+    levels, a pass's first-axis sums), and the two leading axes' block programs (each
+    slice's axis before the last runs one program, made once)."""
     t = acc.dtype
     rows = dims[OUT, 1] * dims[PADDED, 2] + SLACK + _level_room(levels, segment)
     sums0 = at_once * dims[N, 1] * dims[N, 2]
-    return (np.empty(suffix_positions(dims, 2), t), np.empty(rows, t),
+    return (np.empty(suffix_positions(dims, 2), t), _program_of(dims, 0),
+            _program_of(dims, 1), np.empty(rows, t),
             np.empty(sums0, t),
             *_lane_buffers(starts, segment, dims[RUNNING, 2] == 1, acc))
 
@@ -911,15 +1033,16 @@ def block_sums_3d(x, y, flagged, dims, segments, factors, mode, mark, p, acc, pa
     x_flat = x.reshape(x.size)
     y_flat = y.reshape(y.size)
     lead = np.empty(dims[OUT, 1], np.float64)
-    part, row_sums, sums0, lanes, lane_sums, sums, pieces = _plane_buffers_3d(
-        dims, starts, segment, segments[LEVELS], acc, at_once)
+    part, program_0, program_a, row_sums, sums0, lanes, lane_sums, sums, pieces = \
+        _plane_buffers_3d(dims, starts, segment, segments[LEVELS], acc, at_once)
     for item in range(start, stop):
         if patch and flagged[item] == 0:
             continue
         plane = item // bands
         if _plane_3d(x_flat, plane * x.shape[1], y_flat, plane * y.shape[1], dims, starts,
-                     segment, factors, mode, mark, p, lead, part, row_sums, sums0, lanes,
-                     lane_sums, sums, pieces, patch, item % bands, bands, at_once):
+                     segment, factors, mode, mark, p, lead, part, program_0, program_a,
+                     row_sums, sums0, lanes, lane_sums, sums, pieces, patch, item % bands,
+                     bands, at_once):
             flagged[item] = 1
 
 

@@ -394,7 +394,11 @@ def _check_block_scratch(label: str, plan: WindowPlan, running: tuple[bool, ...]
     if plan.rank > 1:
         leading = int(dims[window_blocks.KERNEL, :-1].max())  # window_blocks.suffix_positions
         rows = at_once if plan.rank == 2 else plan.out_shape[1]
-        need += (leading + 2) * window_blocks.COLUMNS + rows * int(padded[-1]) + slack
+        need += (leading + 3) * window_blocks.COLUMNS + rows * int(padded[-1]) + slack
+        for axis in range(plan.rank - 1):  # the leading axes' block programs (int64)
+            need += window_blocks.program_room(int(padded[axis]), int(plan.out_shape[axis]),
+                                               int(dims[window_blocks.KERNEL, axis]),
+                                               int(dims[window_blocks.DILATION, axis]))
     if plan.rank == 3:
         need += at_once * plan.in_shape[1] * plan.in_shape[2]
     check_table(label, "the block sums' scratch", (int(need),), np.float64)
