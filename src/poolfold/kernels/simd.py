@@ -816,11 +816,14 @@ PROGRAM_UNROLL = 8
 
 def _program_columns(context, builder, signature, args, c, width, vectors):
     """Run the program over the ``vectors`` vectors of ``width`` lanes from column ``c``."""
-    dst_v, dst_at_v, partial_v, src_v, src_at_v, program_v, first_v, entries_v, _ = args
+    dst_v, dst_at_v, partial_v, src_v, src_at_v, program_v, first_v, entries_v = args[:8]
     i64 = ir.IntType(64)
     dtype = signature.args[0].dtype
+    src_dtype = signature.args[3].dtype
+    term_kind = signature.args[9].dtype
     element_type = context.get_data_type(dtype)
     vector_type = ir.VectorType(element_type, width)
+    src_vector_type = ir.VectorType(context.get_data_type(src_dtype), width)
     arrays = [(signature.args[k], v) for k, v in ((0, dst_v), (2, partial_v), (3, src_v))]
     dst_base, partial_base, src_base = [_pointer(context, builder, t, v) for t, v in arrays]
     dst_size, partial_size, src_size = [context.make_array(t)(context, builder, v).nitems
@@ -835,13 +838,28 @@ def _program_columns(context, builder, signature, args, c, width, vectors):
     for h in held:
         builder.store(positive_zero, h)
 
-    def vectors_at(base, size, at):
+    def vectors_at(base, size, at, loaded_type=vector_type):
         out = []
         for step in steps:
             i = builder.add(at, step)
             _check(context, builder, i, builder.add(i, reach), size)
-            out.append(_load(builder, base, i, vector_type))
+            out.append(_load(builder, base, i, loaded_type))
         return out
+
+    def term(v):
+        """A source vector's terms in the sums' type: half bits widened, float32 to float64,
+        then |x| or x^2 by the marker's type (window_sum's ABS and SQUARE)."""
+        v = _key(builder, src_dtype, v)
+        if v.type != vector_type:
+            v = builder.fpext(v, vector_type)
+        if term_kind == types.int16:
+            fabs = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vector_type, [vector_type]),
+                f"llvm.fabs.{_vector_name(vector_type)}")
+            v = builder.call(fabs, [v])
+        elif term_kind == types.int32:
+            v = builder.fmul(v, v)
+        return v
 
     def store_at(base, size, at, values):
         for step, value in zip(steps, values):
@@ -862,11 +880,12 @@ def _program_columns(context, builder, signature, args, c, width, vectors):
                                    negative_zero, positive_zero)
             for h in held:
                 builder.store(start, h)
-        term = field(TERM)
-        with builder.if_then(builder.icmp_signed(">", term, minus)):
-            terms = vectors_at(src_base, src_size, builder.add(src_at_v, term))
+        term_at = field(TERM)
+        with builder.if_then(builder.icmp_signed(">", term_at, minus)):
+            terms = vectors_at(src_base, src_size, builder.add(src_at_v, term_at),
+                               src_vector_type)
             for h, v in zip(held, terms):
-                builder.store(builder.fadd(builder.load(h), v), h)
+                builder.store(builder.fadd(builder.load(h), term(v)), h)
         to = field(TO)
         with builder.if_then(builder.icmp_signed(">", to, minus)):
             suffix = field(SUFFIX)
@@ -890,7 +909,7 @@ def _halvings(n: int) -> list[int]:
 
 @intrinsic
 def run_block_program(typingctx, dst, dst_at, partial, src, src_at, program, first, entries,
-                      cols):
+                      cols, mark):
     """Run ``entries`` entries of a block program (``program[first:]``, rows of
     :data:`PROGRAM_FIELDS`: see :data:`RESET`) over ``cols`` columns, column by column:
     a running sum (one per column) takes each entry in turn, its terms at ``src[src_at +
@@ -898,9 +917,11 @@ def run_block_program(typingctx, dst, dst_at, partial, src, src_at, program, fir
     c]`` and ``partial[KEEP + c]``.  The sums of a leading axis by blocks
     (:mod:`poolfold.kernels.window_blocks`): the running sum of a run of positions stays in
     registers, where numba's loops, one row of columns at a time, stored it and loaded it
-    back for each position.  Sums of the same type as their terms; ``dst``, ``partial`` and
+    back for each position.  A term is the source's value in the sums' type (half bits
+    widened to float32, float32 to float64), or its |x| or x^2 where ``mark`` is int16 or
+    int32 (poolfold.kernels.window_sum's markers; int8: the value).  ``dst``, ``partial`` and
     ``src`` distinct arrays, the program's offsets inside them."""
-    if not (_arrays_of(dst, partial, _floats) and _arrays_of(dst, src, _floats)
+    if not (_arrays_of(dst, partial, _floats) and takes_block_terms(src, dst, mark)
             and isinstance(program, types.Array) and program.dtype == types.int64):
         return None
     dtype = dst.dtype
@@ -930,4 +951,16 @@ def run_block_program(typingctx, dst, dst_at, partial, src, src_at, program, fir
         return context.get_dummy_value()
 
     return (types.void(dst, types.int64, partial, src, types.int64, program, types.int64,
-                       types.int64, types.int64), codegen)
+                       types.int64, types.int64, mark), codegen)
+
+
+def takes_block_terms(src, dst, mark) -> bool:
+    """Whether :func:`run_block_program` takes terms of ``src`` (numba array types) into sums
+    of ``dst``'s type by ``mark``'s rule: float32 or float64 sums; terms of the same type,
+    float32 into float64, or half bits into float32 or float64; the value, |x| or x^2."""
+    if not (isinstance(src, types.Array) and isinstance(dst, types.Array)
+            and isinstance(mark, types.Array) and dst.dtype in (types.float32, types.float64)):
+        return False
+    widens = (src.dtype == dst.dtype or src.dtype in HALF_BITS
+              or (src.dtype == types.float32 and dst.dtype == types.float64))
+    return widens and mark.dtype in (types.int8, types.int16, types.int32)

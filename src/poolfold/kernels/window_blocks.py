@@ -84,7 +84,8 @@ from numba import types
 from . import helper_overload, kernel, uncounted_helper
 from .half import narrow_to
 from .simd import (KEEP, PROGRAM_FIELDS, RESET, SUFFIX, TERM, TO, add_pair, add_vectors,
-                   run_block_program, sum_vectors_screened, transpose_tile, vector_width)
+                   run_block_program, sum_vectors_screened, takes_block_terms, transpose_tile,
+                   vector_width)
 from .window_sum import AVERAGE, ROOT, _term, widen
 
 # Rows of ``dims`` (one column per spatial axis): input and output sizes, kernel, stride,
@@ -579,15 +580,15 @@ def _run_program(dst, dst_at, partial, src, src_at, program, first, entries, col
 @helper_overload(_run_program)
 def _run_program_overload(dst, dst_at, partial, src, src_at, program, first, entries, cols,
                           acc_at, mark, p):
-    """Run a block program over ``cols`` columns: terms that are their own values in the
-    sums' type by :func:`poolfold.kernels.simd.run_block_program` (the running sums in
-    registers), others (half types, LpPool's terms, float32 terms of float64 sums) by
-    numba's loops, the running sums in ``partial[acc_at:]``."""
-    if src.dtype == dst.dtype and mark.dtype == types.int8:
+    """Run a block program over ``cols`` columns: by
+    :func:`poolfold.kernels.simd.run_block_program` (the running sums in registers) where it
+    takes the terms (:func:`poolfold.kernels.simd.takes_block_terms`), else (LpPool's
+    |x|^p) by numba's loops, the running sums in ``partial[acc_at:]``."""
+    if takes_block_terms(src, dst, mark):
         def in_registers(dst, dst_at, partial, src, src_at, program, first, entries, cols,
                          acc_at, mark, p):
             run_block_program(dst, dst_at, partial, src, src_at, program, first, entries,
-                              cols)
+                              cols, mark)
         return in_registers
 
     def by_rows(dst, dst_at, partial, src, src_at, program, first, entries, cols, acc_at,
