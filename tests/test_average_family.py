@@ -698,6 +698,32 @@ def test_block_inputs_bound_the_leading_axis_cache():
     assert window_blocks._inputs_a_block_holds(64, 63, 1, 31, 126, 0) == 32
 
 
+
+def test_block_programs_fit_their_room_and_are_made_anew_for_new_arguments():
+    """A leading axis's block program never holds more entries than ``program_room`` leaves
+    for them (its kernels allocate that much; numba checks no bounds), over random axes
+    (strides, dilations, pads past either end, offsets of a slab's blocks); a program kept
+    for one axis's arguments is made anew for another's, entry for entry as a fresh one."""
+    rng = np.random.default_rng(12)
+    fields = window_blocks.PROGRAM_FIELDS
+    kept = window_blocks.new_program(1 << 16)
+    for _ in range(400):
+        k, s, d = int(rng.integers(2, 20)), int(rng.integers(1, 5)), int(rng.integers(1, 4))
+        out = int(rng.integers(1, 60))
+        length = window_blocks.padded_length(out, k, s, d)
+        pad, n = int(rng.integers(-6, (k - 1) * d + 1)), int(rng.integers(1, 80))
+        offset, w, width = int(rng.integers(0, k * d)), 16 * int(rng.integers(1, 5)), 300
+        room = window_blocks.program_room(length, out, k, d)
+        fresh = window_blocks.new_program(1 << 16)
+        args = (7, width, w, n, k, s, d, pad, length, offset, out)
+        entries = window_blocks._block_program(fresh, *args)
+        assert 0 < entries and window_blocks.PROGRAM_AT + entries * fields <= room, args
+        assert window_blocks._block_program(kept, *args) == entries
+        used = window_blocks.PROGRAM_AT + entries * fields
+        assert np.array_equal(kept[:used], fresh[:used]), args
+    assert window_blocks._block_program(kept, *args) == entries  # kept as it is
+
+
 def test_block_sums_windows_between_grouped_rows_change_no_average(monkeypatch):
     """Short rows have their last axis's windows summed several rows at a time, as one row:
     the windows that start between one row's outputs and the next's add values of both and

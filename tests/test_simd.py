@@ -16,8 +16,9 @@ from numba import literal_unroll, njit
 
 from kernel_types import kernel_types
 from poolfold import dtypes
-from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, UNROLL, fold_pair,
-                                  fold_row_groups, fold_strided, fold_taps, fold_vectors,
+from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, KEEP, PROGRAM_FIELDS, RESET,
+                                  SUFFIX, TERM, TO, UNROLL, fold_pair, fold_row_groups,
+                                  fold_strided, fold_taps, fold_vectors, run_block_program,
                                   sum_strided, sum_vectors, sum_vectors_screened,
                                   transpose_tile, vector_width, zeros_and_nans)
 
@@ -441,6 +442,88 @@ def test_a_fold_past_the_array_raises_under_bounds_checking():
         _fold_pair(np.zeros(39, np.float32), 0, x, 0, x, 0, 40)
     with pytest.raises(IndexError):  # ...and a column stored one past the destination
         _transpose_tile(np.zeros(width * width - 1, np.float32), 0, width, width, x, 0, 1, 1)
+    term_only = np.array([1, 0, -1, -1, -1], np.int64)  # RESET, TERM 0, no store
+    value = np.empty(0, np.int8)
+    with pytest.raises(IndexError):  # run_block_program: the term's last column is x[40]
+        _run_block_program(np.zeros(1, np.float32), 0, np.zeros(1, np.float32), x, 1,
+                           term_only, 0, 1, 40, value)
+    stored = np.array([1, 0, -1, 1, -1], np.int64)  # ...and stored one column past dst
+    with pytest.raises(IndexError):
+        _run_block_program(np.zeros(40, np.float32), 0, np.zeros(1, np.float32), x, 0,
+                           stored, 0, 1, 40, value)
+
+
+
+@njit
+def _run_block_program(dst, dst_at, partial, src, src_at, program, first, entries, cols,
+                       mark):
+    run_block_program(dst, dst_at, partial, src, src_at, program, first, entries, cols, mark)
+
+
+# (source type, sums' type) the block programs take, and the term markers
+BLOCK_TERMS = [("float32", "float32"), ("float64", "float64"), ("float32", "float64"),
+               ("float16", "float32"), ("bfloat16", "float32"), ("float16", "float64")]
+MARKS = {"value": np.int8, "abs": np.int16, "square": np.int32}
+
+
+@pytest.mark.parametrize("src_type,sum_type", BLOCK_TERMS)
+@pytest.mark.parametrize("mark", sorted(MARKS))
+def test_block_programs_follow_their_entries(src_type, sum_type, mark):
+    """Random programs over column counts from 1 to past two whole runs of vectors, against
+    an interpreter of the entries written from their definition: column by column a
+    running sum, -0.0 or +0.0 on RESET 1 or 2, each TERM's value (widened, |x| or x^2 in
+    the sums' type) added, TO storing it plus a SUFFIX of ``partial`` where one is given,
+    KEEP storing it into ``partial``; bit for bit, the sign of a zero too."""
+    rng = np.random.default_rng(len(src_type) * 7 + len(sum_type) + len(mark))
+    sums = np.dtype(sum_type).type
+    src_dtype = np.dtype(getattr(ml_dtypes, src_type, None) or src_type)
+    term_mark = np.empty(0, MARKS[mark])
+    for cols in (1, 3, 7, 8, 15, 16, 17, 33, 64, 100, 129, 200, 257):
+        rows, entries = 12, int(rng.integers(1, 40))
+        values = rng.standard_normal((rows, cols + 3)) * 10.0 ** rng.integers(-3, 4)
+        values[rng.random(values.shape) < 0.1] = 0.0
+        values[rng.random(values.shape) < 0.1] = -0.0
+        x = values.astype(src_dtype)
+        partial = (rng.standard_normal((rows, cols + 2)) * 8).astype(sums)
+        partial[rng.random(partial.shape) < 0.1] = -0.0
+        dst = np.full((rows, cols + 5), np.nan, sums)
+        program = np.full(entries * PROGRAM_FIELDS + 3, -7, np.int64)  # 3 before the first
+        for e in range(entries):
+            at = 3 + e * PROGRAM_FIELDS
+            program[at + RESET] = rng.choice([0, 0, 1, 2]) if e else rng.choice([1, 2])
+            pick = rng.random(4) < (0.7, 0.4, 0.5, 0.3)
+            program[at + TERM] = int(rng.integers(rows)) * (cols + 3) if pick[0] else -1
+            program[at + SUFFIX] = int(rng.integers(rows)) * (cols + 2) if pick[1] else -1
+            program[at + TO] = int(rng.integers(rows)) * (cols + 5) if pick[2] else -1
+            program[at + KEEP] = int(rng.integers(rows)) * (cols + 2) if pick[3] else -1
+        want_dst, want_partial = dst.reshape(-1).copy(), partial.reshape(-1).copy()
+        widened = x.astype(np.float64).reshape(-1).astype(sums)
+        if mark == "abs":
+            widened = np.abs(widened)
+        elif mark == "square":
+            widened = (widened * widened).astype(sums)
+        src_at, dst_at = 1, 2
+        with np.errstate(over="ignore"):
+            for c in range(cols):
+                acc = sums(0.0)
+                for e in range(entries):
+                    at = 3 + e * PROGRAM_FIELDS
+                    reset, term, suffix, to, keep = program[at:at + PROGRAM_FIELDS]
+                    if reset:
+                        acc = sums(-0.0) if reset == 1 else sums(0.0)
+                    if term >= 0:
+                        acc = sums(acc + widened[src_at + term + c])
+                    if to >= 0:
+                        value = acc + want_partial[suffix + c] if suffix >= 0 else acc
+                        want_dst[dst_at + to + c] = value
+                    if keep >= 0:
+                        want_partial[keep + c] = acc
+        bits = x.view(dtypes.value_type(x.dtype)) if x.dtype.itemsize == 2 else x
+        got_dst, got_partial = dst.reshape(-1), partial.reshape(-1)
+        _run_block_program(got_dst, dst_at, got_partial, bits.reshape(-1), src_at, program,
+                           3, entries, cols, term_mark)
+        assert got_dst.tobytes() == want_dst.tobytes(), (src_type, sum_type, mark, cols)
+        assert got_partial.tobytes() == want_partial.tobytes(), (src_type, sum_type, cols)
 
 
 def test_vectors_hold_a_register_of_the_host_and_halves_sixteen(monkeypatch):
