@@ -25,8 +25,10 @@ Either way a window's sum adds its own values only, so an inf or a NaN stays in 
 that hold it.
 
 A leading axis is summed over whole rows of its inputs, up to :data:`COLUMNS` columns at a
-time (each step a loop over the columns that vectorises), its terms read from X as they are
-needed; a block's suffixes and the next block's prefix stay in the core's first-level cache.
+time, its terms read from X as they are needed; a block's suffixes stay in the core's
+first-level cache.  By blocks, its additions are a block program (:func:`_block_program`)
+that :func:`poolfold.kernels.simd.run_block_program` runs over each step's columns, the
+running prefix of each run of columns in registers.
 The last axis by doubling takes a row a segment at a time, or the levels of rows shorter
 than half a segment several rows at a time, as one row; window by window it is summed across
 rows: a vector's worth of rows (16 float32 with AVX-512) is transposed in registers into
