@@ -79,9 +79,7 @@ The kernels trust their tables: :mod:`poolfold.ops.averaging` builds and bounds 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
-
-from numba import types
+from numba import njit, types
 
 from . import helper_overload, kernel, uncounted_helper
 from .half import narrow_to
