@@ -698,7 +698,6 @@ def test_block_inputs_bound_the_leading_axis_cache():
     assert window_blocks._inputs_a_block_holds(64, 63, 1, 31, 126, 0) == 32
 
 
-
 def test_block_programs_fit_their_room_and_are_made_anew_for_new_arguments():
     """A leading axis's block program never holds more entries than ``program_room`` leaves
     for them (its kernels allocate that much; numba checks no bounds), over random axes

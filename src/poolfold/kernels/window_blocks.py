@@ -559,7 +559,7 @@ def _block_program(program, dst_pitch, width, w, n, k, s, d, pad, length, offset
                     e = _entry(program, e, 1, -1, whole, o * dst_pitch, -1)
                     continue
                 e = _prefix_entries(program, e, phase, after, held, t, d, pad, n, width)
-                held = max(held, t)
+                held = t  # the windows come in order: t grows
                 # no input from here to the block's end: the prefix alone
                 suffix = -1 if t > hi or lo > hi else max(t, lo) * w
                 e = _entry(program, e, 0, -1, suffix, o * dst_pitch, -1)
