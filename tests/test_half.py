@@ -10,6 +10,7 @@ import platform
 import subprocess
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 from numba import njit
@@ -53,6 +54,27 @@ def check_conversions() -> None:
 
 def test_half_conversions_match_numpy():
     check_conversions()
+
+
+def test_bfloat16_narrowing_rounds_to_nearest_even_and_keeps_nans_quiet():
+    """float32 values narrowed to bfloat16 bits in kernels against ml_dtypes: every
+    bfloat16, the points halfway between neighbours (ties to even), a little either side of
+    them, past the largest (to inf); a NaN of any payload as its top half made quiet."""
+    every = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(ml_dtypes.bfloat16)
+    wide = every.astype(np.float32)
+    finite = np.sort(wide[np.isfinite(wide)].astype(np.float64))
+    halfway = (finite[:-1] + finite[1:]) / 2
+    values = np.concatenate([finite, halfway, np.nextafter(halfway, np.inf),
+                             np.nextafter(halfway, -np.inf), [3.4e38, -3.4e38, np.inf,
+                                                              -np.inf]]).astype(np.float32)
+    narrowed = np.empty(values.size, np.int16)
+    _narrow_all(values, narrowed)
+    assert narrowed.tobytes() == values.astype(ml_dtypes.bfloat16).tobytes()
+    nans = np.array([0x7F800001, 0x7FC00000, 0xFFC00123, 0x7FBFFFFF], np.uint32)
+    narrowed = np.empty(nans.size, np.int16)
+    _narrow_all(nans.view(np.float32), narrowed)
+    # through float64 and back, a NaN's float32 payload is kept; its top half, made quiet
+    assert narrowed.view(np.uint16).tolist() == [0x7FC0, 0x7FC0, 0xFFC0, 0x7FFF]
 
 
 def test_half_conversions_on_a_target_without_f16c(tmp_path):

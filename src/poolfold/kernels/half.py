@@ -84,20 +84,55 @@ def _as_float32(bits):
     return None
 
 
+def _splat(value_type, constant):
+    """``constant`` as a value of ``value_type``: a scalar, or a vector of it."""
+    if isinstance(value_type, ir.VectorType):
+        return ir.Constant(value_type, [constant] * value_type.count)
+    return ir.Constant(value_type, constant)
+
+
+def _like(value_type, element):
+    """The type of ``element``s shaped as ``value_type``: a scalar, or a vector as long."""
+    if isinstance(value_type, ir.VectorType):
+        return ir.VectorType(element, value_type.count)
+    return element
+
+
+def narrowed(builder, value, target):
+    """LLVM IR: a float64 ``value`` (a scalar or a vector) as the element type a kernel
+    stores, ``target`` a numba type: float16 bits (``uint16``), bfloat16 bits (``int16``),
+    float32 or float64.  Half types go through float32 (the conversion numba has), so a value
+    rounds twice: at most an ulp of T off, within the averaging family's bound
+    (docs/semantics.md).  bfloat16 rounds to nearest, ties to even, and keeps a NaN quiet.
+    The one rule for :func:`narrow_to` and for the vector kernels that store averages."""
+    if target == types.float64:
+        return value
+    single = builder.fptrunc(value, _like(value.type, ir.FloatType()))
+    if target == types.float32:
+        return single
+    if target == types.uint16:
+        half = builder.fptrunc(single, _like(value.type, ir.HalfType()))
+        return builder.bitcast(half, _like(value.type, ir.IntType(16)))
+    word_type = _like(value.type, ir.IntType(32))
+    bits = builder.bitcast(single, word_type)
+    high = builder.lshr(bits, _splat(word_type, 16))
+    nan = builder.icmp_unsigned(">", builder.and_(bits, _splat(word_type, 0x7FFFFFFF)),
+                                _splat(word_type, 0x7F800000))
+    quiet = builder.or_(high, _splat(word_type, 0x40))
+    odd = builder.and_(high, _splat(word_type, 1))
+    rounded = builder.lshr(builder.add(builder.add(bits, _splat(word_type, 0x7FFF)), odd),
+                           _splat(word_type, 16))
+    return builder.trunc(builder.select(nan, quiet, rounded), _like(value.type, ir.IntType(16)))
+
+
 @intrinsic
-def _float32_to_float16_bits(typingctx, value):
+def _narrowed_bits(typingctx, value, bits_type):
+    target = getattr(bits_type, "dtype", bits_type)
+
     def codegen(context, builder, signature, args):
-        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+        return narrowed(builder, args[0], target)
 
-    return types.uint16(types.float32), codegen
-
-
-@intrinsic
-def _float32_bits(typingctx, value):
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return types.uint32(types.float32), codegen
+    return target(types.float64, bits_type), codegen
 
 
 def narrow_to(value, bits_type):  # pragma: no cover - replaced by the overload inside numba
@@ -106,23 +141,10 @@ def narrow_to(value, bits_type):  # pragma: no cover - replaced by the overload 
 
 @helper_overload(narrow_to)
 def _narrow_to(value, bits_type):
-    """A float64 ``value`` as the element type the kernel stores: float16 bits (``uint16``),
-    bfloat16 bits (``int16``), or float32 / float64.  Half types go through float32 (the
-    conversion numba has), so a value rounds twice: at most an ulp of T off, within the
-    averaging family's bound (docs/semantics.md)."""
+    """A float64 ``value`` as the element type the kernel stores (see :func:`narrowed`)."""
     target = getattr(bits_type, "dtype", bits_type)
-    if target == types.uint16:
-        return lambda value, bits_type: _float32_to_float16_bits(np.float32(value))
-
-    if target == types.int16:
-        def to_bfloat16(value, bits_type):
-            bits = _float32_bits(np.float32(value))
-            if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):  # NaN: keep it quiet
-                return np.int16(np.uint16((bits >> np.uint32(16)) | np.uint32(0x40)))
-            rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
-            return np.int16(np.uint16(rounded >> np.uint32(16)))
-
-        return to_bfloat16
+    if target in HALF_BITS:
+        return lambda value, bits_type: _narrowed_bits(np.float64(value), bits_type)
     if target == types.float32:
         return lambda value, bits_type: np.float32(value)
     return lambda value, bits_type: np.float64(value)
