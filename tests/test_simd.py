@@ -19,8 +19,9 @@ from poolfold import dtypes
 from poolfold.kernels.simd import (HOLDS_NAN, HOLDS_ZERO, KEEP, PROGRAM_FIELDS, RESET,
                                   SUFFIX, TERM, TO, UNROLL, fold_pair, fold_row_groups,
                                   fold_strided, fold_taps, fold_vectors, run_block_program,
-                                  sum_strided, sum_vectors, sum_vectors_screened,
-                                  transpose_tile, vector_width, zeros_and_nans)
+                                  store_averages, sum_strided, sum_vectors,
+                                  sum_vectors_screened, transpose_tile, vector_width,
+                                  zeros_and_nans)
 
 TYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8")
 
@@ -390,6 +391,74 @@ def test_sum_vectors_screened_flags_exactly_the_sums_that_are_not_finite(dtype):
 
 
 @njit
+def _store_averages(y, y_at, sums, starts, shift, taps, count, scale, factors, factors_at):
+    return store_averages(y, y_at, sums, starts, shift, taps, count, scale, factors,
+                          factors_at)
+
+
+def _stored_as(y_type, value: float):
+    """``value`` (float64) as Y holds it, by numpy and ml_dtypes: through float32 (the
+    rounding twice the contract allows for half types), a NaN as the one quiet NaN."""
+    if math.isnan(value):
+        value = math.nan
+    with np.errstate(over="ignore"):
+        single = np.float32(value)
+        return np.array([single]).astype(y_type)[0] if y_type != np.float64 else value
+
+
+@pytest.mark.parametrize("sum_type", ["float32", "float64"])
+@pytest.mark.parametrize("y_type", ["float32", "float64", "float16", "bfloat16"])
+def test_store_averages_scales_and_rounds_each_window_sum(sum_type, y_type):
+    """Each output: its taps summed left to right in the sums' type (as
+    :func:`sum_vectors` sums them), that sum as float64 times the row's scale, times its own
+    factor, rounded to Y's type, a NaN as one quiet NaN: bit for bit against numpy and
+    ml_dtypes, in whole vectors and the ragged tails; and 1 exactly where a sum is an inf or
+    a NaN.  Y's elements outside the outputs keep their bits."""
+    rng = np.random.default_rng(len(sum_type) * 7 + len(y_type))
+    y_dtype = np.dtype(getattr(ml_dtypes, y_type, None) or y_type)
+    size = 4 * MOST + 40
+    for count in COUNTS:
+        for special in (None, np.inf, -np.inf, np.nan, "overflow", "tiny", "payload"):
+            sums = (rng.standard_normal(size) * 10.0 ** rng.integers(-3, 4, size)).astype(
+                sum_type)
+            taps = int(rng.integers(1, 7))
+            starts = np.sort(rng.integers(0, size - count - 8, taps)).astype(np.int64)
+            shift = int(rng.integers(0, 8))
+            if special is not None and count:
+                i = int(rng.integers(0, count)) + shift
+                if special == "overflow" and taps > 1:
+                    sums[starts[0] + i] = sums[starts[1] + i] = np.finfo(sum_type).max
+                elif special == "tiny":  # a sum whose average is below the half types' range
+                    sums[starts + i] = 1e-9
+                elif special == "payload":  # a negative NaN with a payload: stored as NaN
+                    word = 0xFFC00123 if sum_type == "float32" else 0xFFF8000000000123
+                    sums.view(f"u{sums.itemsize}")[starts[-1] + i] = word
+                elif special != "overflow":
+                    sums[starts[int(rng.integers(0, taps))] + i] = special
+            scale = float(rng.uniform(0.01, 2.0))
+            factors = rng.uniform(0.001, 1.0, count + 12)
+            factors_at = int(rng.integers(0, 12))
+            y_at = int(rng.integers(0, 5))
+            y = np.full(MOST + 5, 7.0).astype(y_dtype)
+            bits = y.view(dtypes.value_type(y_dtype))
+            flagged = _store_averages(bits, y_at, sums, starts + 0, shift, taps, count, scale,
+                                      factors, factors_at)
+            want = np.full(MOST + 5, 7.0).astype(y_dtype)
+            not_finite = False
+            with np.errstate(invalid="ignore", over="ignore"):  # inf + -inf; overflow
+                for i in range(count):
+                    total = sums[starts[0] + shift + i]
+                    for t in range(1, taps):
+                        total = total + sums[starts[t] + shift + i]
+                    not_finite |= not np.isfinite(total)
+                    want[y_at + i] = _stored_as(y_dtype.type, float(total) * scale
+                                                * factors[factors_at + i])
+            case = (count, special, taps)
+            assert y.tobytes() == want.tobytes(), case
+            assert flagged == int(not_finite), case
+
+
+@njit
 def _zeros_and_nans(x, lo, hi):
     return zeros_and_nans(x, lo, hi)
 
@@ -451,6 +520,16 @@ def test_a_fold_past_the_array_raises_under_bounds_checking():
     with pytest.raises(IndexError):
         _run_block_program(np.zeros(40, np.float32), 0, np.zeros(1, np.float32), x, 0,
                            stored, 0, 1, 40, value)
+    starts = np.array([0], np.int64)
+    with pytest.raises(IndexError):  # store_averages: a factor one past its array
+        _store_averages(np.zeros(40, np.float32), 0, x, starts, 0, 1, 40, 1.0,
+                        np.ones(40), 1)
+    with pytest.raises(IndexError):  # ...and an average stored one past Y
+        _store_averages(np.zeros(40, np.float32), 1, x, starts, 0, 1, 40, 1.0,
+                        np.ones(41), 0)
+    with pytest.raises(IndexError):  # ...and a sum's term one past the sums
+        _store_averages(np.zeros(40, np.float32), 0, x, starts, 1, 1, 40, 1.0,
+                        np.ones(40), 0)
 
 
 

@@ -47,7 +47,7 @@ from numba.extending import intrinsic
 from numba.np.numpy_support import from_dtype
 
 from . import helper_overload
-from .half import HALF_BITS
+from .half import HALF_BITS, narrowed
 
 
 def _host_register_bytes() -> int:
@@ -178,12 +178,13 @@ UNROLL = 4
 
 
 def _vector_folds(context, builder, dst_type, dst, to, src_type, src, offsets, taps, count,
-                  stride, combine=_fold_in, screen=None, widen=False):
+                  stride, combine=_fold_in, screen=None, widen=False, stored=None):
     """The shared body: ``dst[to + i]`` = the taps t < taps of ``src[offsets(t) + i*stride]``
     for i < count, combined in tap order by ``combine(builder, dtype, held, v)``: the first
     maximum, or a sum.  ``screen`` (a :class:`_Screen`): the stored values' zeros and NaNs
     noted as they are stored.  ``widen``: half bits combined and stored as float32 (their
-    :func:`_key`), ``dst`` a float32 array."""
+    :func:`_key`), ``dst`` a float32 array.  ``stored(value, i)``: stores the vector of
+    outputs from ``i`` on in the caller's way (``dst`` then only bounds its stores)."""
     dtype = src_type.dtype
     lanes = _lanes(dtype)
     i64 = ir.IntType(64)
@@ -224,6 +225,9 @@ def _vector_folds(context, builder, dst_type, dst, to, src_type, src, offsets, t
             value = builder.load(h)
             if screen is not None:
                 screen.note(builder, value)
+            if stored is not None:
+                stored(value, i)
+                continue
             _store(builder, dst_base, builder.add(to, i), value)
 
     block = ir.Constant(i64, lanes * UNROLL)
@@ -382,6 +386,65 @@ def sum_vectors_screened(typingctx, dst, to, src, starts, taps, count):
         return screen.result(builder)
 
     return (types.int64(dst, types.int64, src, starts, types.int64, types.int64), codegen)
+
+
+@intrinsic
+def store_averages(typingctx, y, y_at, sums, starts, shift, taps, count, scale, factors,
+                   factors_at):
+    """Averages of windows summed in registers, stored as Y's elements: ``y[y_at + i]`` =
+    the sum of ``sums[starts[t] + shift + i]`` over t < ``taps``, added left to right (as
+    :func:`sum_vectors_screened` adds them), as float64, times ``scale``, times
+    ``factors[factors_at + i]``, a NaN as one quiet NaN, rounded to Y's type
+    (:func:`poolfold.kernels.half.narrowed`), for i < ``count``; and 1 if a sum is an inf
+    or a NaN, else 0.  The block sums' last axis: storing the window sums and scaling them
+    in a second loop, each row's pieces shifted in memory, took 63x63x63 over 16 planes of
+    64^3 1.13x as long (one thread, paired over nine rounds).  ``sums`` float32 or float64;
+    Y float32, float64, or float16 or bfloat16 bits."""
+    if not (isinstance(sums, types.Array) and _floats(sums.dtype)
+            and isinstance(y, types.Array) and (_floats(y.dtype) or y.dtype in HALF_BITS)
+            and isinstance(factors, types.Array) and factors.dtype == types.float64):
+        return None
+    target = y.dtype
+
+    def codegen(context, builder, signature, args):
+        y_v, y_at_v, sums_v, starts_v, shift_v, taps_v, count_v, scale_v, factors_v, \
+            factors_at_v = args
+        starts_base = _pointer(context, builder, signature.args[3], starts_v)
+        factors_base = _pointer(context, builder, signature.args[8], factors_v)
+        factors_size = context.make_array(signature.args[8])(context, builder,
+                                                              factors_v).nitems
+        y_base = _pointer(context, builder, signature.args[0], y_v)
+        screen = _Screen(builder, sums.dtype, _lanes(sums.dtype), not_finite=True)
+        i32 = ir.IntType(32)
+
+        def offsets(t):
+            return builder.add(builder.load(builder.gep(starts_base, [t])), shift_v)
+
+        def stored(total, i):
+            width = total.type.count
+            doubles = ir.VectorType(ir.DoubleType(), width)
+            wide = total if sums.dtype == types.float64 else builder.fpext(total, doubles)
+            scales = builder.shuffle_vector(
+                builder.insert_element(ir.Constant(doubles, ir.Undefined), scale_v,
+                                       ir.Constant(i32, 0)),
+                ir.Constant(doubles, ir.Undefined), ir.Constant(ir.VectorType(i32, width),
+                                                                [0] * width))
+            first = builder.add(factors_at_v, i)
+            _check(context, builder, first, builder.add(first, ir.Constant(first.type,
+                                                                           width - 1)),
+                   factors_size)
+            average = builder.fmul(builder.fmul(wide, scales),
+                                   _load(builder, factors_base, first, doubles))
+            average = builder.select(builder.fcmp_unordered("uno", average, average),
+                                     ir.Constant(doubles, [float("nan")] * width), average)
+            _store(builder, y_base, builder.add(y_at_v, i), narrowed(builder, average, target))
+
+        _vector_folds(context, builder, signature.args[0], y_v, y_at_v, signature.args[2],
+                      sums_v, offsets, taps_v, count_v, 1, _add, screen, stored=stored)
+        return screen.result(builder)
+
+    return (types.int64(y, types.int64, sums, starts, types.int64, types.int64, types.int64,
+                        types.float64, factors, types.int64), codegen)
 
 
 @intrinsic

@@ -18,8 +18,10 @@ first tap, ``(out - 1) * s + (k - 1) * d + 1`` of them), either
 - the last axis by doubling (:func:`_doubled_levels`): the sums of 2, 4, 8 ... taps from
   every position, each level a pass of vectors over the row, and a window adds the levels
   that make up its k taps (:func:`_window_sums`), each output vector its pieces in
-  registers: about log2(k) passes and one more.  A window's sum is then a tree grouped by
-  its taps' places in the window alone, wherever the row starts.
+  registers, where an average is also scaled and stored
+  (:func:`poolfold.kernels.simd.store_averages`): about log2(k) passes and one more.  A
+  window's sum is then a tree grouped by its taps' places in the window alone, wherever the
+  row starts.
 
 Either way a window's sum adds its own values only, so an inf or a NaN stays in the windows
 that hold it.
@@ -84,8 +86,8 @@ from numba import njit, types
 from . import helper_overload, kernel, uncounted_helper
 from .half import narrow_to
 from .simd import (KEEP, PROGRAM_FIELDS, RESET, SUFFIX, TERM, TO, add_pair, add_vectors,
-                   run_block_program, sum_vectors_screened, takes_block_terms, transpose_tile,
-                   vector_width)
+                   run_block_program, store_averages, sum_vectors_screened, takes_block_terms,
+                   transpose_tile, vector_width)
 from .window_sum import AVERAGE, ROOT, _term, widen
 
 # Rows of ``dims`` (one column per spatial axis): input and output sizes, kernel, stride,
@@ -730,10 +732,11 @@ def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, 
     ``src_at``, rows ``pitch`` apart, read up to a vector past the last row's end): output
     o's window from position ``shift + o * s``.  By doubling (``running``), a row or a group
     of short rows at a time, the levels in ``src`` from ``levels_at`` on (room for
-    :func:`segments`' LEVELS, ``level_pitch`` positions each); else a vector's worth of rows
-    at a time, transposed into lanes a segment at a time (``starts`` window starts: see
-    :func:`segments`).  Y's rows from ``y_at``, ``y_pitch`` apart (``patch``: see
-    :func:`_store`).  Whether a sum was not finite."""
+    :func:`segments`' LEVELS, ``level_pitch`` positions each), averages at stride 1 stored
+    from the registers that sum them (but for a ``patch``), each row's outputs alone; else
+    a vector's worth of rows at a time, transposed into lanes a segment at a time
+    (``starts`` window starts: see :func:`segments`).  Y's rows from ``y_at``, ``y_pitch``
+    apart (``patch``: see :func:`_store`).  Whether a sum was not finite."""
     flagged = False
     if running:  # by doubling (``sums`` its outputs)
         group = starts // pitch if s == 1 else 0
@@ -750,6 +753,13 @@ def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, 
                 taken = _doubled_levels(src, src_at + r0 * pitch + shift,
                                         span + (k - 1) * d, k, d, levels_at, level_pitch,
                                         pieces)
+                if mode == AVERAGE and not patch:  # each row's windows, averaged as summed
+                    for r in range(r0, r0 + g):
+                        flagged |= store_averages(y, y_at + r * y_pitch, src, pieces,
+                                                  (r - r0) * pitch, taken, out,
+                                                  lead[lead_at + r], factors,
+                                                  factors_at) != 0
+                    continue
                 flagged |= _window_sums(sums, 0, src, pieces, taken, 0, span,
                                         1) and mode == AVERAGE
                 _store(y, y_at + r0 * y_pitch, y_pitch, sums, pitch, g, out, lead,
@@ -761,10 +771,15 @@ def _last_axis(y, y_at, y_pitch, src, src_at, pitch, rows, shift, out, k, s, d, 
                 p0, o_b, length = _segment(o_a, shift, out, k, s, d, starts)
                 taken = _doubled_levels(src, src_at + r * pitch + p0, length, k, d, levels_at,
                                         level_pitch, pieces)
-                flagged |= _window_sums(sums, 0, src, pieces, taken, 0, o_b - o_a,
-                                        s) and mode == AVERAGE
-                _store(y, y_at + r * y_pitch + o_a, y_pitch, sums, 0, 1, o_b - o_a, lead,
-                       lead_at + r, factors, factors_at + o_a, mode, p, patch, False)
+                if mode == AVERAGE and not patch and s == 1:
+                    flagged |= store_averages(y, y_at + r * y_pitch + o_a, src, pieces, 0,
+                                              taken, o_b - o_a, lead[lead_at + r], factors,
+                                              factors_at + o_a) != 0
+                else:
+                    flagged |= _window_sums(sums, 0, src, pieces, taken, 0, o_b - o_a,
+                                            s) and mode == AVERAGE
+                    _store(y, y_at + r * y_pitch + o_a, y_pitch, sums, 0, 1, o_b - o_a, lead,
+                           lead_at + r, factors, factors_at + o_a, mode, p, patch, False)
                 o_a = o_b
         return flagged
     width = vector_width(lanes)
