@@ -223,6 +223,28 @@ def test_windows_far_apart_are_pooled_not_refused(shape, kernel, attributes):
     np.testing.assert_array_equal(poolfold.max_pool(x, kernel, **attributes), want)
 
 
+@pytest.mark.parametrize("shape,strides", [((2, 36, 1), [2]), ((1, 3, 5, 40), [1, 1]),
+                                           ((1, 2, 3, 70), [2, 3])], ids=str)
+def test_windows_far_longer_than_their_axes_are_pooled_not_refused(shape, strides):
+    """Found by the campaign (seed 1313): MaxPool with a window of 2**31 taps SAME over one
+    input was refused, its running maxima's scratch 28 GiB (they hold every position of a
+    padded row); such rows go to kernels that take windows cut to the inputs.  Every window
+    holds the whole plane: its maximum, its mean, its root of squares."""
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+    window = dict(strides=strides, auto_pad="SAME_UPPER")
+    kernel = [2**31] * (x.ndim - 2)
+    axes = tuple(range(2, x.ndim))
+    y = poolfold.max_pool(x, kernel, **window)
+    np.testing.assert_array_equal(y, np.broadcast_to(x.max(axis=axes, keepdims=True),
+                                                     y.shape))
+    wide = x.astype(np.float64)
+    for got, want in ((poolfold.average_pool(x, kernel, **window),
+                       wide.mean(axis=axes, keepdims=True)),
+                      (poolfold.lp_pool(x, kernel, **window),
+                       np.sqrt((wide * wide).sum(axis=axes, keepdims=True)))):
+        np.testing.assert_allclose(got, np.broadcast_to(want, got.shape), rtol=1e-5)
+
+
 # ------------------------------------------------------------------ the judge itself
 
 VALID_POOL = {"op": "max_pool", "x": {"dtype": "float32", "shape": (1, 2, 5, 5), "layout": (),

@@ -661,7 +661,8 @@ def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int
     if kernel == RUNS and (not by_rows or lanes > 1):
         return "Indices, or channels-last samples"
     if kernel == RUNS and not runs_fit(plan):
-        return "a 0-size axis, or a dilation"
+        return ("a 0-size axis, a dilation, or rows padded past twice their inputs and "
+                f"{RUNS_EXTRA_PADDING} positions")
     if kernel in (PASSES, SEPARABLE) and min(plan.in_shape) == 0:
         return "a 0-size axis"
     if kernel == SEPARABLE and separable_staging(plan, itemsize) is None:
@@ -669,13 +670,25 @@ def _cannot_run(kernel: str, plan: WindowPlan, itemsize: int, storage_order: int
     return None
 
 
+# The most positions of padding ``max_runs`` holds in a padded row beyond as many as the
+# row has inputs (see :func:`runs_fit`).
+RUNS_EXTRA_PADDING = 1024
+
+
 def runs_fit(plan: WindowPlan) -> bool:
     """Whether ``max_runs`` can pool the plan's channels-first planes: no 0-size axis, no
     dilation but along axes of a one-tap window (its blocks of rows are consecutive rows),
-    and windows that overlap or touch along the last axis, whose padded rows it holds
-    (every position from the first window to the last: a stride of 2^40 past a window of
-    100 asked 12 TiB of scratch for two outputs)."""
-    return (min(plan.in_shape) > 0 and plan.strides[-1] <= plan.kernel[-1]
+    and windows that overlap or touch along the last axis, whose padded rows it holds:
+    every position from the first window to the last, so at most twice the row's inputs
+    and :data:`RUNS_EXTRA_PADDING` more (a stride of 2^40 past a window of 100 asked 12 TiB
+    of scratch for two outputs, a window of 2^31 taps SAME over one input 28 GiB; the
+    other kernels take windows cut to the inputs)."""
+    if min(plan.in_shape) == 0:
+        return False
+    n = plan.in_shape[-1]
+    padded = max(plan.pad_begin[-1] + n,
+                 (plan.out_shape[-1] - 1) * plan.strides[-1] + plan.kernel[-1])
+    return (plan.strides[-1] <= plan.kernel[-1] and padded <= 2 * n + RUNS_EXTRA_PADDING
             and all(d == 1 or k == 1 for k, d in zip(plan.kernel, plan.dilations)))
 
 
