@@ -685,11 +685,16 @@ def runs_fit(plan: WindowPlan) -> bool:
     other kernels take windows cut to the inputs)."""
     if min(plan.in_shape) == 0:
         return False
-    n = plan.in_shape[-1]
-    padded = max(plan.pad_begin[-1] + n,
-                 (plan.out_shape[-1] - 1) * plan.strides[-1] + plan.kernel[-1])
-    return (plan.strides[-1] <= plan.kernel[-1] and padded <= 2 * n + RUNS_EXTRA_PADDING
+    return (plan.strides[-1] <= plan.kernel[-1]
+            and _runs_padded_row(plan) <= 2 * plan.in_shape[-1] + RUNS_EXTRA_PADDING
             and all(d == 1 or k == 1 for k, d in zip(plan.kernel, plan.dilations)))
+
+
+def _runs_padded_row(plan: WindowPlan) -> int:
+    """The positions of a padded row ``max_runs`` holds along the last axis: its padding
+    before the inputs and the inputs, or every window's reach, whichever is longer."""
+    return max(plan.pad_begin[-1] + plan.in_shape[-1],
+               (plan.out_shape[-1] - 1) * plan.strides[-1] + plan.kernel[-1])
 
 
 # The shortest window along an axis for which ``max_runs`` is chosen over the row kernels at
@@ -830,9 +835,7 @@ def runs_tables(label: str, plan: WindowPlan, planes: int, itemsize: int,
     last = rank - 1
     line = runs.LINE_BYTES // itemsize
     row_at = -(-plan.pad_begin[last] // line) * line
-    pitch = max(plan.pad_begin[last] + ins[last],
-                (outs[last] - 1) * plan.strides[last] + plan.kernel[last])
-    pitch = -(-pitch // line) * line
+    pitch = -(-_runs_padded_row(plan) // line) * line
     rows = setup[runs.PLANES_PER_ITEM] if rank == 1 else (
         setup[runs.ROWS_PER_ITEM] if rank == 2 else outs[rank - 2])
     batch = max(1, min(RUNS_LADDER_BYTES // (pitch * itemsize), rows))
