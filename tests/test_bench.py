@@ -467,3 +467,32 @@ def test_models_glance_rows_are_each_routes_ratios_over_the_models():
     rows = models.glance(result, meta, "poolfold bench --models")
     assert rows[0][:5] == ["models, `all` route", "2", "**1.00**", "1 of 2", "2.00 (m1)"]
     assert rows[1][:5] == ["models, `needed` route", "1", "**0.50**", "1 of 1", "0.50 (m1)"]
+
+
+def test_the_machine_is_named_by_its_cpu_model_and_last_level_cache(monkeypatch):
+    """Ratios move with the CPU (a window's input in one CPU's cache and not another's), so
+    the tables name the model and the last-level cache Linux reports, and the architecture
+    alone where those files cannot be read."""
+    import io
+
+    import poolfold.bench as bench
+
+    files = {"/proc/cpuinfo": "processor\t: 0\nmodel name\t: Some CPU 9000\n",
+             "/sys/devices/system/cpu/cpu0/cache/index0/size": "48K\n",
+             "/sys/devices/system/cpu/cpu0/cache/index1/size": "32K\n",
+             "/sys/devices/system/cpu/cpu0/cache/index2/size": "2048K\n",
+             "/sys/devices/system/cpu/cpu0/cache/index3/size": "32768K\n"}
+
+    def fake_open(path, *args, **kwargs):
+        if path not in files:
+            raise FileNotFoundError(path)
+        return io.StringIO(files[path])
+
+    monkeypatch.setattr(bench.platform, "processor", lambda: "x86_64")
+    monkeypatch.setattr(bench, "open", fake_open, raising=False)
+    assert bench._processor() == "Some CPU 9000 (x86_64), last-level cache 32 MiB"
+    del files["/sys/devices/system/cpu/cpu0/cache/index3/size"]
+    files["/sys/devices/system/cpu/cpu0/cache/index2/size"] = "1000K\n"
+    assert bench._processor() == "Some CPU 9000 (x86_64), last-level cache 1000K"
+    files.clear()
+    assert bench._processor() == "x86_64"

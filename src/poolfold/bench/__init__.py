@@ -222,8 +222,36 @@ def _meta(args, numba_threads: int) -> dict:
         if importlib.util.find_spec(name) is not None:
             versions[name] = __import__(name).__version__
     return {"threads": args.threads, "numba_threads": numba_threads, "cpu_count": os.cpu_count(),
-            "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "platform": platform.platform(), "processor": _processor(),
             "repeat": args.repeat, "versions": versions}
+
+
+def _processor() -> str:
+    """The CPU's model and last-level cache where Linux says them, else the architecture:
+    the same two cores give other ratios on another CPU (a 3-wide window's input that fits
+    one CPU's cache and not another's), so a table says which it was measured on."""
+    machine = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            model = next((line.split(":", 1)[1].strip() for line in info
+                          if line.startswith("model name")), "")
+    except OSError:
+        return machine
+    caches = []
+    for index in range(4):
+        try:
+            with open(f"/sys/devices/system/cpu/cpu0/cache/index{index}/size",
+                      encoding="utf-8") as size:
+                caches.append(size.read().strip())
+        except OSError:
+            break
+    described = f"{model} ({machine})" if model else machine
+    if not caches:
+        return described
+    last = caches[-1]  # Linux writes "32768K"
+    if last.endswith("K") and last[:-1].isdigit() and int(last[:-1]) % 1024 == 0:
+        last = f"{int(last[:-1]) // 1024} MiB"
+    return f"{described}, last-level cache {last}"
 
 
 def _load_average() -> list[float] | None:
