@@ -755,6 +755,31 @@ def test_block_sums_store_one_nan():
     assert bits.size and (bits == np.float32(np.nan).view(np.uint32)).all()
 
 
+@pytest.mark.parametrize("lanes", [False, True], ids=["rows", "lanes"])
+@pytest.mark.parametrize("kind", ["average", "lp"])
+def test_row_sums_store_one_nan(kind, lanes, monkeypatch):
+    """The row sums (and the plane lanes, which run them) store every NaN of a window that
+    holds NaNs of both signs, or a NaN and inf + -inf, as one quiet NaN, as the block sums
+    do: which NaN a sum keeps otherwise follows the order LLVM gives its operands, and that
+    differs between the row and lane kernels' compiles."""
+    from poolfold.ops import averaging
+
+    fresh_launches(monkeypatch)
+    monkeypatch.setattr(averaging, "takes_plane_lanes",
+                        lambda plan, itemsize, channels, planes: lanes and channels == 1)
+    x = np.ones((1, 70, 6, 6), np.float32)
+    x[0, :, 1, 1], x[0, :, 1, 2] = np.float32(-np.nan), np.float32(np.nan)
+    x[0, :, 4, 1], x[0, :, 4, 2], x[0, :, 4, 3] = np.inf, -np.inf, np.float32(-np.nan)
+    case = Case(x.shape, [3, 3], pads=[1, 1, 1, 1])
+    y = pooled(kind, case, x)
+    nan = np.isnan(y)
+    # the NaNs' windows, and inf + -inf's (LpPool adds inf^2 twice: no NaN)
+    first = 2 if kind == "lp" else 1
+    assert nan[0, :, 0:3, 0:4].all() and nan[0, :, 3:6, first:5].all()
+    assert not nan[0, :, 0:3, 4:].any() and not nan[0, :, 3:6, :first].any()
+    assert (y.view(np.uint32)[nan] == np.float32(np.nan).view(np.uint32)).all()
+
+
 def test_plane_lanes_chosen_for_many_small_planes():
     from poolfold import schema
     from poolfold.ops import averaging

@@ -46,7 +46,8 @@ from .half import HALF_BITS, narrow_to
 from .odometer import next_in_ranges
 from .simd import sum_strided, sum_vectors
 from .window_sum import (AVERAGE, DILATION, KERNEL, N, OUT, STRIDE, UNCUT_HI, UNCUT_LO,
-                         _helper, _kernel, _plane_size, _term, as_float32_value, widen)
+                         _helper, _kernel, _plane_size, _term, _uncounted_helper,
+                         as_float32_value, widen)
 
 
 def _accumulator(length, mark, x):  # pragma: no cover - replaced by the overload inside numba
@@ -178,7 +179,10 @@ def _window_sum64(x, row0, position, tap, taps, axes, in_strides, o, c, channels
     ``shrink``, in float64 and in the window's tap order: the fallback for a sum that is not
     finite.  ``shrink``, a power of two no larger than 1 / the window's taps, keeps a sum of
     float64 values in range (exact: values that large are far from the subnormals).
-    ``tap`` is scratch of the rank's length."""
+    A NaN is returned as one quiet NaN, as the block sums store it: which of two NaNs (an
+    input's, or the one inf + -inf makes) an x86 sum keeps depends on its operands' order,
+    which LLVM may choose differently wherever it inlines this, and the row and lane
+    kernels must agree bit for bit.  ``tap`` is scratch of the rank's length."""
     last = axes.shape[1] - 1
     for a in range(last):
         tap[a] = taps[1, a, position[a]]
@@ -194,7 +198,14 @@ def _window_sum64(x, row0, position, tap, taps, axes, in_strides, o, c, channels
         for j in range(lo, hi):
             total += widen(x[row + (first + j * d) * channels]) * shrink
         if not next_in_ranges(tap, position, taps[1], taps[2], last):
-            return total
+            return total if total == total else np.nan
+
+
+@register_jitable(inline="always")
+def _one_nan(value):
+    """``value``, a NaN as one quiet NaN (see _window_sum64): LpPool's float64 sums of x^2
+    keep an input's NaN, and which of two an x86 sum keeps depends on its operands' order."""
+    return value if value == value else np.nan
 
 
 @_helper
@@ -401,13 +412,13 @@ def window_rows(x, y, axes, taps, axis_inverse, plane_factors, channels, mode, m
                         y[base + i] = narrow_to(total * (row_scale * scale[o]) / shrink, y)
         elif p == 2.0:
             for i in range(out_length):
-                y[base + i] = narrow_to(np.sqrt(sums[i]), y)
+                y[base + i] = narrow_to(_one_nan(np.sqrt(sums[i])), y)
         elif p == 1.0:  # the sum itself: a power per output costs more than the sums
             for i in range(out_length):
-                y[base + i] = narrow_to(sums[i], y)
+                y[base + i] = narrow_to(_one_nan(sums[i]), y)
         else:
             for i in range(out_length):
-                y[base + i] = narrow_to(sums[i] ** root, y)
+                y[base + i] = narrow_to(_one_nan(sums[i] ** root), y)
         item += 1
 
 
@@ -485,7 +496,7 @@ def _sum_at_stride(dst, to, src, at, count, s, k, d):
                     dst[start + i] += src[tap + i * step]
 
 
-@_helper
+@_uncounted_helper
 def _store_block(x, y, acc, sums, axes, taps, axis_inverse, plane_factors, position, tap,
                  in_strides, x_at, y_at, count, n, mode, p, shrink):
     """Outputs of ``count`` consecutive rows along the axis before the last (channels-first;
@@ -583,13 +594,13 @@ def _store_block(x, y, acc, sums, axes, taps, axis_inverse, plane_factors, posit
         to = np.uint64(y_at + t * out_last)
         if p == 2.0:
             for o in range(np.uint64(out_last)):
-                y[to + o] = narrow_to(np.sqrt(sums[at + o]), y)
+                y[to + o] = narrow_to(_one_nan(np.sqrt(sums[at + o])), y)
         elif p == 1.0:
             for o in range(np.uint64(out_last)):
-                y[to + o] = narrow_to(sums[at + o], y)
+                y[to + o] = narrow_to(_one_nan(sums[at + o]), y)
         else:
             for o in range(np.uint64(out_last)):
-                y[to + o] = narrow_to(sums[at + o] ** root, y)
+                y[to + o] = narrow_to(_one_nan(sums[at + o] ** root), y)
 
 
 # Channels a work item of :func:`position_sums` sums at a time: its sums (2 KiB of float32)
@@ -640,13 +651,15 @@ def position_sums(x, y, positions, channels, factor, mode, mark, p, start, stop)
                         total = 0.0
                         for q in range(positions):
                             total += widen(x[base + np.uint64(q) * width + c]) * shrink
+                        if total != total:  # one quiet NaN, as _window_sum64 returns it
+                            total = np.nan
                         y[out + c] = narrow_to(total * factor / shrink, y)
         elif p == 2.0:
             for c in range(span):
-                y[out + c] = narrow_to(np.sqrt(acc[c]), y)
+                y[out + c] = narrow_to(_one_nan(np.sqrt(acc[c])), y)
         elif p == 1.0:
             for c in range(span):
-                y[out + c] = narrow_to(acc[c], y)
+                y[out + c] = narrow_to(_one_nan(acc[c]), y)
         else:
             for c in range(span):
-                y[out + c] = narrow_to(acc[c] ** root, y)
+                y[out + c] = narrow_to(_one_nan(acc[c] ** root), y)
